@@ -1,0 +1,114 @@
+# kubeddp training image: one Dockerfile, CUDA or CPU by build arg.
+#
+#   docker build -t kubeddp:cuda .                                  # GPU: torch's CUDA wheels
+#   docker build -t kubeddp:cpu --build-arg VARIANT=cpu .           # CPU: PyTorch CPU index
+#
+# Offline builds: put wheels in wheels/ and pass --build-arg PIP_OFFLINE=1.
+# Behind a TLS-intercepting proxy: --build-arg CA_BUNDLE=path/in/context/ca.pem.
+# Works with BuildKit and with the legacy builder (DOCKER_BUILDKIT=0): no BuildKit-only syntax.
+
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+ARG VARIANT=cuda
+
+# ---------------------------------------------------------------- build: a venv in /opt/venv
+FROM ${BASE_IMAGE} AS build
+ARG VARIANT
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_OFFLINE=0
+ARG CA_BUNDLE=
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# wheels/ always exists (.gitkeep); CA_BUNDLE, when empty, adds nothing to this COPY.
+COPY wheels/ ${CA_BUNDLE} /tmp/build-inputs/
+
+# pip settings for this stage only, written once so every RUN below uses them.
+ENV PIP_CONFIG_FILE=/tmp/build-inputs/pip.conf
+RUN case "${VARIANT}" in \
+      cpu) torch_index="${TORCH_CPU_INDEX_URL}" ;; \
+      cuda) torch_index="${PIP_INDEX_URL}" ;; \
+      *) echo "VARIANT=${VARIANT} is not supported: use --build-arg VARIANT=cuda or VARIANT=cpu" >&2; exit 2 ;; \
+    esac; \
+    { echo "[global]"; \
+      echo "no-cache-dir = true"; \
+      echo "disable-pip-version-check = true"; \
+      echo "find-links = /tmp/build-inputs"; \
+      echo "index-url = ${PIP_INDEX_URL}"; \
+      if [ -n "${CA_BUNDLE}" ]; then echo "cert = /tmp/build-inputs/${CA_BUNDLE##*/}"; fi; \
+      if [ "${PIP_OFFLINE}" = 1 ]; then echo "no-index = true"; fi; \
+    } > "${PIP_CONFIG_FILE}"; \
+    python3 -m venv /opt/venv; \
+    /opt/venv/bin/pip install --no-cache-dir --index-url "${torch_index}" --extra-index-url "${PIP_INDEX_URL}" \
+      "torch==${TORCH_VERSION}"
+
+# Dependencies first (cached while only the code changes), then kubeddp itself.
+COPY pyproject.toml /src/
+COPY kubeddp/ /src/kubeddp/
+COPY trainer/ /src/trainer/
+COPY tools/ /src/tools/
+# setuptools reads the readme named in pyproject.toml; a missing one must not break the build.
+RUN touch /src/README.md; \
+    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" /src; \
+    /opt/venv/bin/python -c "import kubeddp.trainer.config, kubeddp.tools.cli"
+
+# ---------------------------------------------------------------- runtime
+FROM ${BASE_IMAGE} AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# tini as PID 1 forwards SIGTERM to the launcher and reaps orphans; most bases lack it.
+# hadolint ignore=DL3008
+RUN if ! command -v tini > /dev/null; then \
+      apt-get update; \
+      apt-get install -y --no-install-recommends tini; \
+      rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    getent group 1000 > /dev/null || echo "kubeddp:x:1000:" >> /etc/group; \
+    getent passwd 1000 > /dev/null \
+      || echo "kubeddp:x:1000:1000:kubeddp:/tmp:/usr/sbin/nologin" >> /etc/passwd; \
+    mkdir -p /checkpoints /etc/kubeddp; \
+    chown 1000:1000 /checkpoints; \
+    chmod 0775 /checkpoints
+COPY --from=build /opt/venv /opt/venv
+
+# Every path written at run time lies under /tmp or /checkpoints, so the container runs with
+# a read-only root filesystem (mount a tmpfs at /tmp and a volume at /checkpoints).
+ENV PATH=/opt/venv/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor \
+    TRITON_CACHE_DIR=/tmp/triton \
+    MPLCONFIGDIR=/tmp/matplotlib
+WORKDIR /tmp
+EXPOSE 9400
+USER 1000:1000
+ENTRYPOINT ["tini", "--", "kubeddp", "launch"]
+# No arguments: the built-in workload with its default config.
+CMD []
+
+FROM runtime AS runtime-cuda
+
+FROM runtime AS runtime-cpu
+# A bare `docker run` of the CPU image trains with 2 workers (nproc auto -> this count).
+ENV KUBEDDP_CPU_NPROC=2
+
+# ---------------------------------------------------------------- the image
+# hadolint ignore=DL3006
+FROM runtime-${VARIANT}
+ARG BASE_IMAGE
+ARG VARIANT
+ARG TORCH_VERSION=2.13.0
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="kubeddp" \
+      org.opencontainers.image.description="PyTorch DDP training on Kubernetes: launcher, trainer, metrics (${VARIANT}, torch ${TORCH_VERSION})" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/kubeddp/kubeddp" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.kubeddp.variant="${VARIANT}" \
+      io.kubeddp.torch-version="${TORCH_VERSION}"

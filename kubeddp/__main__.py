@@ -1,0 +1,3 @@
+from kubeddp.tools.cli import main
+
+raise SystemExit(main())

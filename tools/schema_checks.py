@@ -1,0 +1,212 @@
+"""Schema checks of one manifest document; each returns `(field path, message)` pairs.
+
+- core kinds: the Kubernetes OpenAPI schemas of `kubernetes-validate`, strict (unknown fields fail)
+- PyTorchJob offline: the `kubeflow-training` SDK models' `openapi_types`/`attribute_map`, walked
+- TrainJob offline: the `kubeflow-trainer-api` pydantic models, extra keys rejected, strict types
+- any CRD kind online: the CRD's `openAPIV3Schema` read from the cluster, with unknown fields
+  rejected (the API server would silently prune them)
+
+The validation libraries are imported inside functions: they are an optional extra.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+from typing import Any
+
+KUBERNETES_SCHEMA_VERSION = "1.37.0"
+Issue = tuple[str, str]
+# Fields whose SDK type says `str` but which the API accepts as int-or-string quantities.
+QUANTITY_MAPS = {"limits", "requests", "capacity"}
+QUANTITY_FIELDS = {"sizeLimit", "storage"}
+
+
+def join_path(path: list[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
+
+class SchemaUnavailable(LookupError):
+    """No schema for this apiVersion/kind in the offline sources."""
+
+
+def core_issues(doc: dict) -> list[Issue]:
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        raise SchemaUnavailable(f"{doc.get('apiVersion')} {doc.get('kind')}") from None
+    except kubernetes_validate.ValidationError as exc:
+        return [(join_path(list(exc.absolute_path)), exc.message)]
+    return []
+
+
+def pod_template_issues(template: Any, path: list[Any]) -> list[Issue]:
+    """Check an embedded PodTemplateSpec with the strict core schema of `v1 PodTemplate`."""
+    doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+           "template": template}
+    return [(join_path(path) + p.removeprefix("template"), m) for p, m in core_issues(doc)]
+
+
+# --- kubeflow-training (PyTorchJob): swagger-codegen models -------------------------------------
+
+_PRIMITIVES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+    "datetime": (str,), "date": (str,),
+}
+
+
+def _swagger_class(name: str) -> type:
+    from kubeflow.training import models as kf_models
+    from kubernetes.client import models as k8s_models
+
+    for module in (kf_models, k8s_models):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise LookupError(f"no SDK model named {name}")
+
+
+def _swagger_walk(value: Any, type_name: str, path: list[Any], issues: list[Issue]) -> None:
+    if type_name.startswith("list["):
+        if not isinstance(value, list):
+            issues.append((join_path(path), f"must be a list, got {type(value).__name__}"))
+            return
+        for index, item in enumerate(value):
+            _swagger_walk(item, type_name[5:-1], [*path, index], issues)
+        return
+    if type_name.startswith("dict("):
+        if not isinstance(value, dict):
+            issues.append((join_path(path), f"must be a mapping, got {type(value).__name__}"))
+            return
+        inner = type_name[type_name.index(",") + 1 : -1].strip()
+        for key, item in value.items():
+            if path and path[-1] in QUANTITY_MAPS and isinstance(item, (int, float)):
+                continue
+            _swagger_walk(item, inner, [*path, key], issues)
+        return
+    if type_name == "object":
+        return
+    if type_name in _PRIMITIVES:
+        if path and path[-1] in QUANTITY_FIELDS and isinstance(value, (int, float)):
+            return
+        wanted = _PRIMITIVES[type_name]
+        bad_bool = isinstance(value, bool) and bool not in wanted
+        if bad_bool or not isinstance(value, wanted):
+            issues.append((join_path(path),
+                           f"must be {type_name}, got {type(value).__name__} {value!r}"))
+        return
+    model = _swagger_class(type_name)
+    if not isinstance(value, dict):
+        issues.append((join_path(path), f"must be a mapping ({type_name}), "
+                                         f"got {type(value).__name__}"))
+        return
+    by_json_name = {json_name: attr for attr, json_name in model.attribute_map.items()}
+    for key, item in value.items():
+        if key not in by_json_name:
+            known = ", ".join(sorted(by_json_name))
+            issues.append((join_path([*path, key]), f"unknown field (known here: {known})"))
+            continue
+        _swagger_walk(item, model.openapi_types[by_json_name[key]], [*path, key], issues)
+
+
+def pytorchjob_sdk_issues(doc: dict) -> list[Issue]:
+    issues: list[Issue] = []
+    _swagger_walk(doc, "KubeflowOrgV1PyTorchJob", [], issues)
+    return issues
+
+
+# --- kubeflow-trainer-api (TrainJob): pydantic models ---------------------------------------
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """Optional[X] / Annotated[X, ...] / Union -> the concrete alternatives."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        out = []
+        for arg in typing.get_args(annotation):
+            if arg is not type(None):
+                out += _unwrap(arg)
+        return out
+    return [annotation]
+
+
+def _pydantic_walk(value: Any, annotation: Any, path: list[Any], issues: list[Issue]) -> None:
+    from pydantic import BaseModel
+
+    for alt in _unwrap(annotation):
+        origin = typing.get_origin(alt)
+        if origin is list and isinstance(value, list):
+            (item_type,) = typing.get_args(alt)
+            for index, item in enumerate(value):
+                _pydantic_walk(item, item_type, [*path, index], issues)
+        elif origin is dict and isinstance(value, dict):
+            item_type = typing.get_args(alt)[1]
+            for key, item in value.items():
+                _pydantic_walk(item, item_type, [*path, key], issues)
+        elif isinstance(alt, type) and issubclass(alt, BaseModel) and isinstance(value, dict):
+            if "actual_instance" in alt.model_fields:  # a oneOf wrapper (Quantity, IntOrString)
+                return
+            by_alias = {(f.alias or name): f for name, f in alt.model_fields.items()}
+            for key, item in value.items():
+                if key not in by_alias:
+                    known = ", ".join(sorted(by_alias))
+                    issues.append((join_path([*path, key]),
+                                   f"unknown field (known here: {known})"))
+                    continue
+                _pydantic_walk(item, by_alias[key].annotation, [*path, key], issues)
+
+
+def trainjob_sdk_issues(doc: dict) -> list[Issue]:
+    import pydantic
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+
+    issues: list[Issue] = []
+    _pydantic_walk(doc, TrainerV1alpha1TrainJob, [], issues)
+    if issues:
+        return issues
+    try:
+        TrainerV1alpha1TrainJob.from_dict(doc)
+    except pydantic.ValidationError as exc:
+        for error in exc.errors():
+            issues.append((join_path(list(error["loc"])), error["msg"]))
+    return issues
+
+
+# --- a CRD's openAPIV3Schema (read from the cluster) ------------------------------------------
+
+
+def strict_crd_schema(schema: dict) -> dict:
+    """Reject what the API server would prune: objects with `properties` get
+    additionalProperties false, unless they preserve unknown fields; int-or-string becomes anyOf.
+    """
+    schema = copy.deepcopy(schema)
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("x-kubernetes-int-or-string") and "anyOf" not in node:
+                node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+            if ("properties" in node and "additionalProperties" not in node
+                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+                node["additionalProperties"] = False
+            for child in node.values():
+                visit(child)
+        elif isinstance(node, list):
+            for child in node:
+                visit(child)
+
+    visit(schema)
+    return schema
+
+
+def crd_issues(doc: dict, openapi_v3_schema: dict) -> list[Issue]:
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(strict_crd_schema(openapi_v3_schema))
+    return [(join_path(list(error.absolute_path)), error.message)
+            for error in sorted(validator.iter_errors(doc), key=lambda e: str(e.absolute_path))]

@@ -1,0 +1,127 @@
+"""Validate manifest documents: schema (strict) plus the operators' webhook rules.
+
+`validate_documents(docs, crd_schemas)` returns one `Problem` per finding. Kubeflow kinds are
+checked against `crd_schemas` (the CRDs read from the cluster, keyed by `apiVersion/kind`) when
+given, else against the published Kubeflow SDK models; core kinds against the Kubernetes OpenAPI
+schemas. `kubeddp render` and `kubeddp submit` call this before printing or sending anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kubeddp.tools import schema_checks, webhook_rules
+from kubeddp.tools.manifests import PODMONITOR_API, PYTORCHJOB_API, TRAINJOB_API
+
+PYTORCHJOB = f"{PYTORCHJOB_API}/PyTorchJob"
+TRAINJOB = f"{TRAINJOB_API}/TrainJob"
+PODMONITOR = f"{PODMONITOR_API}/PodMonitor"
+KUBEFLOW_KINDS = (PYTORCHJOB, TRAINJOB)
+
+
+@dataclass(frozen=True)
+class Problem:
+    source: str  # file name (or "render")
+    kind: str
+    name: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.kind}/{self.name}: {self.path}: {self.message}"
+
+
+class ManifestError(ValueError):
+    """The input is not a list of Kubernetes objects at all (YAML syntax, not a mapping)."""
+
+
+def load_documents(text: str, source: str) -> list[dict]:
+    try:
+        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ManifestError(f"{source}{where}: not valid YAML; fix the syntax") from None
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{source}: document {index + 1} is a {type(doc).__name__}, "
+                                "not a Kubernetes object")
+    return docs
+
+
+def _key(doc: dict) -> str:
+    return f"{doc.get('apiVersion')}/{doc.get('kind')}"
+
+
+def _pytorchjob_templates(doc: dict) -> Iterable[tuple[list[Any], Any]]:
+    replicas = (doc.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    if isinstance(replicas, dict):
+        for key, replica in replicas.items():
+            if isinstance(replica, dict) and "template" in replica:
+                yield ["spec", "pytorchReplicaSpecs", key, "template"], replica["template"]
+
+
+def _podmonitor_issues(doc: dict) -> list[tuple[str, str]]:
+    """Offline: the PodMonitor CRD is not bundled anywhere, so check the fields that matter."""
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    issues = []
+    if not isinstance(spec.get("selector"), dict):
+        issues.append(("spec.selector", "is missing; select the job's pods by label"))
+    endpoints = spec.get("podMetricsEndpoints")
+    if not isinstance(endpoints, list) or not endpoints:
+        issues.append(("spec.podMetricsEndpoints", "is missing; add one with port: metrics"))
+    else:
+        for index, endpoint in enumerate(endpoints):
+            if not isinstance(endpoint, dict) or not (
+                    {"port", "targetPort", "portNumber"} & set(endpoint)):
+                issues.append((f"spec.podMetricsEndpoints[{index}]", "needs port (a name), "
+                               "portNumber or targetPort"))
+    return issues
+
+
+def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, str]]:
+    key = _key(doc)
+    if not doc.get("apiVersion") or not doc.get("kind"):
+        return [("(document)", "apiVersion and kind are required")]
+    if key in crd_schemas:
+        issues = schema_checks.crd_issues(doc, crd_schemas[key])
+    elif key == PYTORCHJOB:
+        issues = schema_checks.pytorchjob_sdk_issues(doc)
+    elif key == TRAINJOB:
+        issues = schema_checks.trainjob_sdk_issues(doc)
+    elif key == PODMONITOR:
+        issues = _podmonitor_issues(doc)
+    else:
+        try:
+            issues = schema_checks.core_issues(doc)
+        except schema_checks.SchemaUnavailable:
+            return [("(document)", f"no schema known for {key}; kubeddp validates core kinds, "
+                                   "PyTorchJob, TrainJob and PodMonitor")]
+    if key == PYTORCHJOB:
+        for path, template in _pytorchjob_templates(doc):
+            issues += schema_checks.pod_template_issues(template, path)
+        issues += webhook_rules.pytorchjob_issues(doc)
+    elif key == TRAINJOB:
+        issues += webhook_rules.trainjob_issues(doc)
+    elif key == "batch/v1/Job":
+        issues += webhook_rules.indexedjob_issues(doc)
+    return list(dict.fromkeys(issues))
+
+
+def validate_documents(docs: list[dict], source: str = "",
+                       crd_schemas: dict[str, dict] | None = None) -> list[Problem]:
+    problems = []
+    for doc in docs:
+        if doc.get("apiVersion") == "v1" and doc.get("kind") == "List":
+            items = [item for item in doc.get("items") or [] if isinstance(item, dict)]
+            problems += validate_documents(items, source, crd_schemas)
+            continue
+        name = str((doc.get("metadata") or {}).get("name", "?"))
+        for path, message in document_issues(doc, crd_schemas or {}):
+            problems.append(Problem(source, str(doc.get("kind", "?")), name, path, message))
+    return problems

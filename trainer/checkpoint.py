@@ -1,0 +1,175 @@
+"""Atomic, complete, resumable checkpoints.
+
+Layout: <dir>/ckpt-<step:08d>/{state.pt, config.yaml, COMPLETE}. A checkpoint is written into
+a temporary sibling directory, fsynced, marked COMPLETE, then renamed; readers only trust
+directories with the marker, so a kill at any moment leaves either the old or the new one.
+Only global rank 0 writes (one writer per file; safe on a PVC shared by all pods).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CKPT_RE = re.compile(r"^ckpt-(\d{8})$")
+MARKER = "COMPLETE"
+STATE_FILE = "state.pt"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass
+class CheckpointRef:
+    path: Path
+    step: int
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, write) -> None:
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def list_checkpoints(directory: str | Path) -> list[CheckpointRef]:
+    """Complete checkpoints, newest first."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    refs = []
+    for child in root.iterdir():
+        m = CKPT_RE.match(child.name)
+        if m and (child / MARKER).is_file():
+            refs.append(CheckpointRef(child, int(m.group(1))))
+    return sorted(refs, key=lambda r: r.step, reverse=True)
+
+
+def write_checkpoint(
+    directory: str | Path, step: int, state: dict[str, Any], config_yaml: str, keep: int
+) -> Path:
+    """Write `state` (already on CPU) atomically; prune to the newest `keep`. Returns the path."""
+    root = Path(directory)
+    final = root / f"ckpt-{step:08d}"
+    tmp = root / f".tmp-ckpt-{step:08d}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        _write_file(tmp / STATE_FILE, lambda f: torch.save(state, f))
+        _write_file(tmp / "config.yaml", lambda f: f.write(config_yaml.encode()))
+        _write_file(tmp / MARKER, lambda f: f.write(f"step={step}\n".encode()))
+        _fsync_dir(tmp)
+        if final.exists():  # same step saved twice (e.g. end of epoch == max_steps)
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"cannot write checkpoint {final}: {exc.strerror or exc} "
+            "(check free space and write permission of checkpoint.dir)"
+        ) from exc
+    for old in list_checkpoints(root)[keep:]:
+        shutil.rmtree(old.path, ignore_errors=True)
+    return final
+
+
+def load_state(ref: CheckpointRef) -> dict[str, Any]:
+    # weights_only=True: a checkpoint must never be able to run code when loaded.
+    return torch.load(ref.path / STATE_FILE, map_location="cpu", weights_only=True)
+
+
+def load_newest_valid(directory: str | Path, log=print) -> tuple[CheckpointRef, dict] | None:
+    """Newest checkpoint that loads; a corrupt one is reported and skipped, never deleted."""
+    for ref in list_checkpoints(directory):
+        try:
+            return ref, load_state(ref)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file means "try the previous"
+            log(
+                f"[kubeddp] checkpoint {ref.path} is unreadable ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); trying the previous one"
+            )
+    return None
+
+
+def to_cpu(obj: Any) -> Any:
+    """Deep copy of a state tree with every tensor on CPU (safe to write from a thread)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+class AsyncCheckpointWriter:
+    """Writes checkpoints in a background thread, one in flight at a time.
+
+    The training loop pays only for the device->CPU copy; the serialisation and fsync run
+    while it trains on. A new save first waits for the previous one.
+    """
+
+    def __init__(self, directory: str | Path, keep: int, config_yaml: str) -> None:
+        self.directory = directory
+        self.keep = keep
+        self.config_yaml = config_yaml
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.last_path: Path | None = None
+        self.last_duration = 0.0
+        self.last_time = 0.0
+
+    def _run(self, step: int, state: dict[str, Any]) -> None:
+        start = time.perf_counter()
+        try:
+            self.last_path = write_checkpoint(
+                self.directory, step, state, self.config_yaml, self.keep
+            )
+            self.last_duration = time.perf_counter() - start
+            self.last_time = time.time()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        """Block until the in-flight save ends; raise its error, if any."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def save(self, step: int, state: dict[str, Any], blocking: bool) -> None:
+        self.wait()
+        if blocking:
+            self._run(step, state)
+            self.wait()
+            return
+        self._thread = threading.Thread(
+            target=self._run, args=(step, state), daemon=True, name="kubeddp-checkpoint"
+        )
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

@@ -1,0 +1,108 @@
+"""Distributed init and teardown: backend by device, device from LOCAL_RANK, two timeouts.
+
+The start-up timeout covers pods that come up minutes apart; once the first step has run the
+group switches to the (usually shorter) training timeout, so a hung peer is noticed sooner.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from kubeddp.trainer.config import DDPConfig
+
+
+class DistributedSetupError(RuntimeError):
+    pass
+
+
+@dataclass
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+
+def choose_device(cfg: DDPConfig, local_rank: int) -> torch.device:
+    want = cfg.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        if not torch.cuda.is_available():
+            raise DistributedSetupError(
+                "ddp.device=cuda but no CUDA device is visible; run with --gpus/nvidia.com/gpu "
+                "or set ddp.device=cpu"
+            )
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise DistributedSetupError(
+                f"LOCAL_RANK={local_rank} but only {count} CUDA devices are visible; "
+                "set nprocPerNode to at most the GPUs per node"
+            )
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def choose_backend(cfg: DDPConfig, device: torch.device) -> str:
+    if cfg.backend != "auto":
+        if cfg.backend == "nccl" and device.type != "cuda":
+            raise DistributedSetupError("ddp.backend=nccl needs CUDA; use gloo on CPU")
+        return cfg.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init_distributed(cfg: DDPConfig) -> DistContext:
+    """Bind the device and join the process group torchrun prepared (or run alone)."""
+    env = os.environ
+    rank = int(env.get("RANK", "0"))
+    world = int(env.get("WORLD_SIZE", "1"))
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    device = choose_device(cfg, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = choose_backend(cfg, device)
+    if "MASTER_ADDR" in env and world >= 1:
+        kwargs = {}
+        if device.type == "cuda":
+            kwargs["device_id"] = device  # eager NCCL init: fail at start, not at step 1
+        dist.init_process_group(
+            backend=backend, timeout=timedelta(seconds=cfg.startup_timeout_seconds), **kwargs
+        )
+    return DistContext(rank, local_rank, world, local_world, device, backend)
+
+
+def switch_to_training_timeout(cfg: DDPConfig) -> None:
+    """After the first step, replace the start-up timeout with the training timeout."""
+    setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if dist.is_initialized() and setter is not None:
+        setter(timedelta(seconds=cfg.timeout_seconds), None)
+
+
+def teardown(barrier: bool = True) -> None:
+    """Destroy the process group safely.
+
+    destroy_process_group() while a DDP module or optimizer is still alive aborts the process
+    now and then (SIGABRT in the reducer's destructor). Callers must have dropped every DDP,
+    optimizer and trainer reference first; collecting garbage here makes sure they are gone.
+    """
+    gc.collect()
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()

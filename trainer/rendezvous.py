@@ -1,0 +1,380 @@
+"""The rendezvous plan: a pure function from the launcher's environment to torchrun arguments.
+
+Every row of design.md's rendezvous contract is one branch of `plan_from_env`. Nothing here
+touches the network or starts a process, so each row is unit-tested with the exact env the
+operators inject (tests/unit/test_rendezvous.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kubeddp.trainer import constants
+
+WORKER_MODULE = "kubeddp.trainer.worker"
+SOURCES = (
+    "torchrun",
+    "pytorchjob",
+    "pytorchjob-elastic",
+    "trainjob",
+    "env",
+    "indexedjob",
+    "standalone",
+)
+
+
+class RendezvousError(ValueError):
+    """The environment is inconsistent; the message names the variables and the fix."""
+
+
+@dataclass
+class RendezvousPlan:
+    source: str
+    nnodes: str  # "N" or "MIN:MAX"
+    nproc_per_node: int
+    node_rank: int | None  # None when elastic (torchrun assigns ranks)
+    rdzv_backend: str  # static | c10d | etcd | etcd-v2
+    rdzv_endpoint: str  # host:port
+    world_size: int | None  # None when elastic
+    rdzv_id: str = "kubeddp"
+    max_restarts: int = 0
+    rdzv_conf: str = ""
+    standalone: bool = False
+    in_kubernetes: bool = False
+    wait_for_host: bool = True  # wait for the endpoint's DNS name and TCP port before torchrun
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return self.rdzv_endpoint.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.rdzv_endpoint.rsplit(":", 1)[1])
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=False)
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    raw = env[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RendezvousError(
+            f"{name}={raw!r} is not an integer; set it to a whole number"
+        ) from None
+    if value < minimum:
+        raise RendezvousError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    if not env.get(name):
+        return default
+    port = _int(env, name, 1)
+    if port > 65535:
+        raise RendezvousError(f"{name}={port} is not a TCP port; use 1-65535")
+    return port
+
+
+def resolve_nproc(
+    value: str, source_var: str, env: Mapping[str, str], gpu_count: Callable[[], int]
+) -> int:
+    """`auto`/`gpu`/`cpu`/int -> workers on this node.
+
+    On a CPU-only node `auto` must not mean one worker per core (torchrun's own `auto` does):
+    a 64-core node would start 64 gloo workers. It means KUBEDDP_CPU_NPROC (default 1).
+    """
+    value = (value or "auto").strip()
+    if value in ("auto", "gpu", "cpu"):
+        gpus = gpu_count() if value != "cpu" else 0
+        if gpus > 0:
+            return gpus
+        if value == "gpu":
+            raise RendezvousError(
+                f"{source_var}=gpu but no CUDA device is visible; request nvidia.com/gpu in the "
+                "pod resources or set nprocPerNode to a number"
+            )
+        cpu_var = constants.ENV_CPU_NPROC
+        if env.get(cpu_var):
+            return _int(env, cpu_var, 1)
+        return 1
+    try:
+        n = int(value)
+    except ValueError:
+        raise RendezvousError(
+            f"{source_var}={value!r} is not a process count; use an integer, auto, gpu or cpu"
+        ) from None
+    if n < 1:
+        raise RendezvousError(f"{source_var}={n} must be >= 1")
+    return n
+
+
+def _nnodes_range(raw: str, name: str) -> tuple[int, int]:
+    parts = raw.split(":")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise RendezvousError(f"{name}={raw!r} must be N or MIN:MAX with integers") from None
+    lo, hi = (nums[0], nums[0]) if len(nums) == 1 else (nums[0], nums[1])
+    if len(nums) > 2 or lo < 1 or hi < lo:
+        raise RendezvousError(f"{name}={raw!r} must be N or MIN:MAX with 1 <= MIN <= MAX")
+    return lo, hi
+
+
+def _in_kubernetes(env: Mapping[str, str]) -> bool:
+    return "KUBERNETES_SERVICE_HOST" in env
+
+
+def _static(
+    source: str,
+    env: Mapping[str, str],
+    nnodes: int,
+    node_rank: int,
+    nproc: int,
+    host: str,
+    port: int,
+) -> RendezvousPlan:
+    if node_rank >= nnodes:
+        raise RendezvousError(
+            f"node rank {node_rank} >= number of nodes {nnodes} ({source}); node ranks run "
+            f"0..{nnodes - 1}: check the replica counts and the rank variables"
+        )
+    return RendezvousPlan(
+        source=source,
+        nnodes=str(nnodes),
+        nproc_per_node=nproc,
+        node_rank=node_rank,
+        rdzv_backend="static",
+        rdzv_endpoint=f"{host}:{port}",
+        world_size=nnodes * nproc,
+        in_kubernetes=_in_kubernetes(env),
+        wait_for_host=True,
+    )
+
+
+def _plan_pytorchjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    addr = env.get("MASTER_ADDR") or env.get("PET_MASTER_ADDR")
+    port = _port(env, "MASTER_PORT", constants.PYTORCHJOB_PORT)
+    nproc_var = "PET_NPROC_PER_NODE"
+    nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
+    for name in ("WORLD_SIZE", "RANK"):
+        if name not in env:
+            raise RendezvousError(
+                f"MASTER_ADDR is set but {name} is not; a PyTorchJob with a "
+                "Master sets both: set it or unset MASTER_ADDR"
+            )
+    world_env = _int(env, "WORLD_SIZE", 1)
+    rank = _int(env, "PET_NODE_RANK" if "PET_NODE_RANK" in env else "RANK")
+    if "PET_NNODES" in env:
+        nnodes = _int(env, "PET_NNODES", 1)
+    else:
+        nnodes = world_env
+    if world_env % nnodes:
+        raise RendezvousError(
+            f"WORLD_SIZE={world_env} is not a multiple of PET_NNODES={nnodes}; the operator sets "
+            "WORLD_SIZE = replicas x nprocPerNode: fix whichever was set by hand"
+        )
+    if _int(env, "RANK") >= world_env:
+        raise RendezvousError(
+            f"RANK={env['RANK']} >= WORLD_SIZE={world_env}; RANK must be in 0..WORLD_SIZE-1"
+        )
+    return _static("pytorchjob", env, nnodes, rank, nproc, addr, port)
+
+
+def _plan_elastic(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    endpoint = env.get("PET_RDZV_ENDPOINT", "")
+    if ":" not in endpoint:
+        raise RendezvousError(
+            f"PET_RDZV_ENDPOINT={endpoint!r} must be host:port (the operator sets "
+            "<job>-worker-0:23456 for an elasticPolicy)"
+        )
+    host, port_raw = endpoint.rsplit(":", 1)
+    if not host or not port_raw.isdigit():
+        raise RendezvousError(f"PET_RDZV_ENDPOINT={endpoint!r} must be host:port")
+    lo, hi = _nnodes_range(env.get("PET_NNODES", "1"), "PET_NNODES")
+    nproc = resolve_nproc(
+        nproc_flag or env.get("PET_NPROC_PER_NODE", "auto"), "PET_NPROC_PER_NODE", env, gpus
+    )
+    max_restarts = _int(env, "PET_MAX_RESTARTS") if env.get("PET_MAX_RESTARTS") else 3
+    # All pods of one job must agree on the id; the job name prefix of the endpoint is shared.
+    rdzv_id = env.get("PET_RDZV_ID") or host.split(".")[0].rsplit("-worker-", 1)[0]
+    return RendezvousPlan(
+        source="pytorchjob-elastic",
+        nnodes=f"{lo}:{hi}",
+        nproc_per_node=nproc,
+        node_rank=None,
+        rdzv_backend=env.get("PET_RDZV_BACKEND") or "c10d",
+        rdzv_endpoint=f"{host}:{port_raw}",
+        world_size=None,
+        rdzv_id=rdzv_id,
+        max_restarts=max_restarts,
+        rdzv_conf=env.get("PET_RDZV_CONF", ""),
+        in_kubernetes=_in_kubernetes(env),
+    )
+
+
+def _plan_trainjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    nnodes = _int(env, "PET_NNODES", 1)
+    rank = _int(env, "PET_NODE_RANK")
+    nproc = resolve_nproc(
+        nproc_flag or env.get("PET_NPROC_PER_NODE", "auto"), "PET_NPROC_PER_NODE", env, gpus
+    )
+    port = _port(env, "PET_MASTER_PORT", constants.TRAINJOB_PORT)
+    return _static("trainjob", env, nnodes, rank, nproc, env["PET_MASTER_ADDR"], port)
+
+
+def _plan_indexedjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    missing = [v for v in (constants.ENV_INDEXEDJOB_NNODES,) if not env.get(v)]
+    if missing:
+        raise RendezvousError(
+            f"JOB_COMPLETION_INDEX and {constants.ENV_INDEXEDJOB_MASTER_ADDR} are set but "
+            f"{missing[0]} is not; render the Indexed Job with `kubeddp render indexedjob`"
+        )
+    nnodes = _int(env, constants.ENV_INDEXEDJOB_NNODES, 1)
+    rank = _int(env, "JOB_COMPLETION_INDEX")
+    nproc_var = constants.ENV_INDEXEDJOB_NPROC
+    nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
+    port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, constants.INDEXEDJOB_PORT)
+    addr = env[constants.ENV_INDEXEDJOB_MASTER_ADDR]
+    return _static("indexedjob", env, nnodes, rank, nproc, addr, port)
+
+
+def _plan_env(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    for name in ("MASTER_PORT", "RANK", "WORLD_SIZE"):
+        if name not in env:
+            raise RendezvousError(
+                f"MASTER_ADDR is set but {name} is not; set MASTER_ADDR, MASTER_PORT, RANK and "
+                "WORLD_SIZE together (one process per pod), or none of them"
+            )
+    world = _int(env, "WORLD_SIZE", 1)
+    rank = _int(env, "RANK")
+    if rank >= world:
+        raise RendezvousError(f"RANK={rank} >= WORLD_SIZE={world}; RANK must be in 0..{world - 1}")
+    if nproc_flag and nproc_flag != "1":
+        raise RendezvousError(
+            f"--nproc-per-node={nproc_flag} conflicts with plain MASTER_ADDR/RANK/WORLD_SIZE env, "
+            "which means one process per pod; drop the flag or launch through torchrun"
+        )
+    port = _port(env, "MASTER_PORT", constants.PYTORCHJOB_PORT)
+    return _static("env", env, world, rank, 1, env["MASTER_ADDR"], port)
+
+
+def _plan_standalone(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    nproc = resolve_nproc(nproc_flag or "auto", "--nproc-per-node", env, gpus)
+    return RendezvousPlan(
+        source="standalone",
+        nnodes="1",
+        nproc_per_node=nproc,
+        node_rank=0,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # torchrun picks a free port
+        world_size=nproc,
+        standalone=True,
+        in_kubernetes=_in_kubernetes(env),
+        wait_for_host=False,
+    )
+
+
+def detect_source(env: Mapping[str, str]) -> str:
+    if "LOCAL_RANK" in env and ("TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in env):
+        return "torchrun"
+    if env.get("PET_RDZV_ENDPOINT") or ":" in env.get("PET_NNODES", ""):
+        return "pytorchjob-elastic"
+    has_master = bool(env.get("MASTER_ADDR"))
+    if has_master and ("PET_NNODES" in env or "PET_NODE_RANK" in env):
+        return "pytorchjob"
+    if env.get("PET_MASTER_ADDR") and "PET_NODE_RANK" in env and not has_master:
+        return "trainjob"
+    if "JOB_COMPLETION_INDEX" in env and env.get(constants.ENV_INDEXEDJOB_MASTER_ADDR):
+        return "indexedjob"
+    if has_master:
+        return "env"
+    if "PET_NNODES" in env:
+        raise RendezvousError(
+            f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
+            "PET_MASTER_ADDR) nor PET_RDZV_ENDPOINT: a PyTorchJob needs a Master replica "
+            "(Master.replicas: 1) or an elasticPolicy"
+        )
+    if "RANK" in env or "WORLD_SIZE" in env:
+        raise RendezvousError(
+            "RANK/WORLD_SIZE are set but MASTER_ADDR is not; set MASTER_ADDR and MASTER_PORT "
+            "to the rank-0 host, or unset RANK/WORLD_SIZE for a single-node run"
+        )
+    return "standalone"
+
+
+_PLANNERS = {
+    "pytorchjob": _plan_pytorchjob,
+    "pytorchjob-elastic": _plan_elastic,
+    "trainjob": _plan_trainjob,
+    "indexedjob": _plan_indexedjob,
+    "env": _plan_env,
+    "standalone": _plan_standalone,
+}
+
+
+def torchrun_argv(
+    plan: RendezvousPlan, worker_args: list[str], shutdown_timeout: float | None = None
+) -> list[str]:
+    """The torchrun command line the plan stands for (launch runs it in process)."""
+    args = ["torchrun", f"--nproc-per-node={plan.nproc_per_node}"]
+    if plan.standalone:
+        args += ["--standalone"]
+    elif plan.rdzv_backend == "static":
+        args += [
+            f"--nnodes={plan.nnodes}",
+            f"--node-rank={plan.node_rank}",
+            f"--master-addr={plan.host}",
+            f"--master-port={plan.port}",
+        ]
+    else:
+        args += [
+            f"--nnodes={plan.nnodes}",
+            f"--rdzv-backend={plan.rdzv_backend}",
+            f"--rdzv-endpoint={plan.rdzv_endpoint}",
+            f"--rdzv-id={plan.rdzv_id}",
+        ]
+        if plan.rdzv_conf:
+            args.append(f"--rdzv-conf={plan.rdzv_conf}")
+    args.append(f"--max-restarts={plan.max_restarts}")
+    if shutdown_timeout is not None:
+        args.append(f"--shutdown-timeout={int(shutdown_timeout)}")
+    return [*args, "--module", WORKER_MODULE, *worker_args]
+
+
+def plan_from_env(
+    env: Mapping[str, str],
+    worker_args: list[str] | None = None,
+    nproc_flag: str | None = None,
+    max_restarts: int | None = None,
+    gpu_count: Callable[[], int] = lambda: 0,
+) -> RendezvousPlan:
+    """Turn a launcher's environment into a RendezvousPlan, or raise RendezvousError."""
+    worker_args = list(worker_args or [])
+    source = detect_source(env)
+    if source == "torchrun":
+        world = _int(env, "WORLD_SIZE", 1) if env.get("WORLD_SIZE") else 1
+        plan = RendezvousPlan(
+            source="torchrun",
+            nnodes=env.get("PET_NNODES", "1") or "1",
+            nproc_per_node=_int(env, "LOCAL_WORLD_SIZE", 1) if env.get("LOCAL_WORLD_SIZE") else 1,
+            node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else 0,
+            rdzv_backend="torchrun",
+            rdzv_endpoint=f"{env.get('MASTER_ADDR', 'localhost')}:{env.get('MASTER_PORT', '0')}",
+            world_size=world,
+            wait_for_host=False,
+            in_kubernetes=_in_kubernetes(env),
+        )
+        plan.argv = [sys.executable, "-m", WORKER_MODULE, *worker_args]
+        return plan
+    plan = _PLANNERS[source](env, nproc_flag, gpu_count)
+    if max_restarts is not None:
+        plan.max_restarts = max_restarts
+    plan.argv = torchrun_argv(plan, worker_args)
+    return plan
