@@ -42,15 +42,25 @@ RUN case "${VARIANT}" in \
     /opt/venv/bin/pip install --no-cache-dir --index-url "${torch_index}" --extra-index-url "${PIP_INDEX_URL}" \
       "torch==${TORCH_VERSION}"
 
-# Dependencies first (cached while only the code changes), then kubeddp itself.
+# kubeddp's dependencies from pyproject.toml alone (a stub package), so this layer stays cached
+# while only the code changes; then kubeddp itself without dependencies.
+COPY pyproject.toml /tmp/deps/
+COPY trainer/__init__.py /tmp/deps/trainer/
+RUN mkdir -p /tmp/deps/kubeddp /tmp/deps/tools /tmp/deps/trainer/workloads; \
+    touch /tmp/deps/README.md /tmp/deps/kubeddp/__init__.py /tmp/deps/tools/__init__.py \
+      /tmp/deps/trainer/workloads/__init__.py; \
+    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" /tmp/deps; \
+    /opt/venv/bin/pip uninstall --yes kubeddp; \
+    rm -rf /tmp/deps
 COPY pyproject.toml /src/
 COPY kubeddp/ /src/kubeddp/
 COPY trainer/ /src/trainer/
 COPY tools/ /src/tools/
-# setuptools reads the readme named in pyproject.toml; a missing one must not break the build.
+# setuptools reads the readme named in pyproject.toml; the image does not need its text.
 RUN touch /src/README.md; \
-    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" /src; \
-    /opt/venv/bin/python -c "import kubeddp.trainer.config, kubeddp.tools.cli"
+    /opt/venv/bin/pip install --no-cache-dir --no-deps /src; \
+    /opt/venv/bin/pip check; \
+    /opt/venv/bin/python -c "import kubeddp.trainer.launch, kubeddp.tools.cli"
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime

@@ -1,11 +1,16 @@
-"""The `kubeddp` command line: `launch`/`train` run training; the rest handle manifests.
+"""The `kubeddp` command line: `launch`/`train` run training; the rest handle manifests, clusters.
 
 Heavy imports (torch, kubernetes) happen inside each subcommand so `kubeddp --help` is instant.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import typing
+
+EXIT_BAD_INPUT = 2
+SCHEMA_SOURCES = ("auto", "cluster", "offline")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,5 +23,243 @@ def main(argv: list[str] | None = None) -> int:
         from kubeddp.trainer.launch import train_main
 
         return train_main(argv[1:])
-    print("usage: kubeddp {launch,train} ...", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    if not getattr(args, "handler", None):
+        build_parser().print_usage(sys.stderr)
+        return EXIT_BAD_INPUT
+    return args.handler(args)
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad options: one line naming the option and pointing to --help, exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kubeddp.tools.render_options import add_render_options
+
+    parser = OneLineErrorParser(
+        prog="kubeddp", description="PyTorch DDP training on a laptop, in Docker, on Kubernetes."
+    )
+    sub = parser.add_subparsers(metavar="COMMAND")
+    sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
+    sub.add_parser("train", help="local DDP run (torchrun standalone)")
+
+    render = sub.add_parser("render", help="print the validated manifests of a job")
+    add_render_options(render)
+    render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    _add_schema_source(render)
+    _add_cluster_options(render, with_namespace=False)
+    render.set_defaults(handler=cmd_render)
+
+    validate = sub.add_parser("validate", help="check manifest files (schema + operator rules)")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML/JSON files, - = stdin")
+    _add_schema_source(validate)
+    _add_cluster_options(validate, with_namespace=False)
+    validate.set_defaults(handler=cmd_validate)
+
+    submit = sub.add_parser("submit", help="validate and create a job (a file or render options)")
+    add_render_options(submit, kind_required=False)
+    submit.add_argument("-f", "--filename", help="submit this manifest file (- = stdin)")
+    submit.add_argument("--dry-run", choices=("none", "client", "server"), default="none")
+    _add_schema_source(submit)
+    _add_cluster_options(submit, with_namespace=False)
+    submit.set_defaults(handler=cmd_submit)
+
+    for name, help_text in (
+        ("status", "conditions, replica counts, pod restarts"),
+        ("logs", "logs of the job's pods"),
+        ("wait", "wait until Succeeded (exit 0) or Failed (exit 1)"),
+        ("delete", "delete the job and its ConfigMap/Service/PodMonitor"),
+    ):
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument(
+            "--kind", choices=("pytorchjob", "trainjob", "indexedjob"), default="pytorchjob"
+        )
+        _add_cluster_options(cmd, with_namespace=True)
+        cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
+    sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
+    sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
+    sub.choices["logs"].add_argument("--tail", type=int, help="last N lines per pod")
+    sub.choices["wait"].add_argument("--timeout", type=float, default=3600.0, help="seconds")
+    sub.choices["wait"].add_argument("--interval", type=float, default=5.0, help="poll seconds")
+    sub.choices["delete"].add_argument(
+        "--delete-pvc", action="store_true", help="also delete <name>-checkpoints (rendered PVC)"
+    )
+    return parser
+
+
+def _add_schema_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--validate-against",
+        choices=SCHEMA_SOURCES,
+        default="auto",
+        help="CRD schemas: from the cluster, the offline Kubeflow SDK models, or "
+        "the cluster when reachable (default)",
+    )
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
+    group.add_argument("--context")
+    if with_namespace:
+        group.add_argument("-n", "--namespace")
+
+
+def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
+    print(f"kubeddp {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _connect(args: argparse.Namespace, timeout: float = 30.0):
+    from kubeddp.tools.kube import Cluster
+
+    return Cluster(args.kubeconfig, args.context, getattr(args, "namespace", None), timeout)
+
+
+def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
+    """CRDs from the cluster for `--validate-against cluster|auto`; {} means offline."""
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.validate import KUBEFLOW_KINDS
+
+    keys = sorted({f"{d.get('apiVersion')}/{d.get('kind')}" for d in docs} & set(KUBEFLOW_KINDS))
+    if args.validate_against == "offline" or not keys:
+        return {}
+    try:
+        return _connect(args, timeout=5.0).crd_schemas(keys)
+    except KubeError as exc:
+        if args.validate_against == "cluster":
+            raise
+        if "no Kubernetes credentials" not in str(exc):
+            print(f"kubeddp: note: validating offline ({exc})", file=sys.stderr)
+        return {}
+
+
+def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dict], int]:
+    """Render options -> validated documents, or ([], exit code) after printing the error."""
+    from kubeddp.tools.jobspec import SpecError, check_spec
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.manifests import build_manifests
+    from kubeddp.tools.render_options import spec_from_args
+    from kubeddp.tools.validate import validate_documents
+
+    try:
+        spec = spec_from_args(args)
+        check_spec(spec)
+    except SpecError as exc:
+        return [], _fail(command, str(exc))
+    docs = build_manifests(spec)
+    try:
+        problems = validate_documents(docs, command, _crd_schemas(args, docs))
+    except KubeError as exc:
+        return [], _fail(command, str(exc), 1)
+    if problems:
+        for problem in problems:
+            print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
+        return [], EXIT_BAD_INPUT
+    return docs, 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from kubeddp.tools.manifests import to_json, to_yaml
+
+    docs, code = _checked_documents(args, "render")
+    if code:
+        return code
+    sys.stdout.write(to_yaml(docs) if args.output == "yaml" else to_json(docs))
+    return 0
+
+
+def _read_files(files: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for name in files:
+        if name == "-":
+            out.append(("<stdin>", sys.stdin.read()))
+            continue
+        with open(name, encoding="utf-8") as handle:
+            out.append((name, handle.read()))
+    return out
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
+
+    try:
+        sources = [(name, load_documents(text, name)) for name, text in _read_files(args.files)]
+        all_docs = [doc for _, docs in sources for doc in docs]
+        crds = _crd_schemas(args, all_docs)
+    except (OSError, ManifestError, KubeError) as exc:
+        return _fail("validate", str(exc))
+    problems = [p for name, docs in sources for p in validate_documents(docs, name, crds)]
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from kubeddp.tools import jobs
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.manifests import to_yaml
+    from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
+
+    if args.filename and args.kind:
+        return _fail("submit", "give either -f FILE or KIND with render options, not both")
+    if not args.filename and not args.kind:
+        return _fail("submit", "nothing to submit; give -f FILE or KIND (e.g. pytorchjob)")
+    try:
+        if args.filename:
+            ((name, text),) = _read_files([args.filename])
+            docs = load_documents(text, name)
+            problems = validate_documents(docs, name, _crd_schemas(args, docs))
+            for problem in problems:
+                print(f"kubeddp submit: error: {problem}", file=sys.stderr)
+            if problems:
+                return EXIT_BAD_INPUT
+        else:
+            docs, code = _checked_documents(args, "submit")
+            if code:
+                return code
+        if args.dry_run == "client":
+            sys.stdout.write(to_yaml(docs))
+            return 0
+        jobs.submit(_connect(args), docs, args.dry_run == "server", sys.stdout)
+    except (OSError, ManifestError) as exc:
+        return _fail("submit", str(exc))
+    except KubeError as exc:
+        return _fail("submit", str(exc), 1)
+    return 0
+
+
+def _cluster_command(args: argparse.Namespace, command: str) -> int:
+    from kubeddp.tools import jobs
+    from kubeddp.tools.kube import KubeError
+
+    try:
+        cluster = _connect(args)
+        if command == "status":
+            jobs.status(cluster, args.kind, args.name, sys.stdout)
+        elif command == "logs":
+            jobs.logs(
+                cluster, args.kind, args.name, args.replica, args.follow, args.tail, sys.stdout
+            )
+        elif command == "wait":
+            return jobs.wait(cluster, args.kind, args.name, args.timeout, args.interval, sys.stdout)
+        else:
+            jobs.delete(cluster, args.kind, args.name, args.delete_pvc, sys.stdout)
+    except KubeError as exc:
+        return _fail(command, str(exc), 1)
+    return 0
+
+
+CLUSTER_HANDLERS = {
+    name: (lambda args, name=name: _cluster_command(args, name))
+    for name in ("status", "logs", "wait", "delete")
+}

@@ -35,6 +35,7 @@ DEFAULT_ACCESS_MODE = "ReadWriteMany"  # every node mounts the checkpoint volume
 TRAINJOB_RUNTIME = "torch-distributed"
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -111,42 +112,73 @@ def _check_common(spec: JobSpec) -> None:
     if spec.kind not in KINDS:
         _fail("KIND", f"unknown kind {spec.kind!r}", f"use one of {', '.join(KINDS)}")
     if not DNS1035.match(spec.name) or len(spec.name) > MAX_NAME_LENGTH:
-        _fail("--name", f"{spec.name!r} is not a DNS-1035 label of at most {MAX_NAME_LENGTH}"
-              " characters", "use lower-case letters, digits and '-', starting with a letter")
-    if spec.namespace is not None and not DNS1035.match(spec.namespace):
-        _fail("--namespace", f"{spec.namespace!r} is not a valid namespace name",
-              "use lower-case letters, digits and '-'")
+        _fail(
+            "--name",
+            f"{spec.name!r} is not a DNS-1035 label of at most {MAX_NAME_LENGTH} characters",
+            "use lower-case letters, digits and '-', starting with a letter",
+        )
+    if spec.namespace is not None and not (
+        DNS1123_LABEL.match(spec.namespace) and len(spec.namespace) <= 63
+    ):
+        _fail(
+            "--namespace",
+            f"{spec.namespace!r} is not a valid namespace name",
+            "use lower-case letters, digits and '-'",
+        )
     if not spec.image or any(c.isspace() for c in spec.image):
         _fail("--image", f"{spec.image!r} is not an image reference", "use e.g. repo/name:tag")
     if spec.image_pull_policy not in IMAGE_PULL_POLICIES:
-        _fail("--image-pull-policy", f"{spec.image_pull_policy!r} is unknown",
-              f"use one of {', '.join(IMAGE_PULL_POLICIES)}")
+        _fail(
+            "--image-pull-policy",
+            f"{spec.image_pull_policy!r} is unknown",
+            f"use one of {', '.join(IMAGE_PULL_POLICIES)}",
+        )
     if resolved_nodes(spec) < 1:
         _fail("--nodes", f"{spec.nodes} is less than 1", "use 1 or more")
     if spec.gpus_per_node < 0:
         _fail("--gpus-per-node", f"{spec.gpus_per_node} is negative", "use 0 for CPU nodes")
     nproc = resolved_nproc(spec)
     if nproc not in NPROC_WORDS and not (nproc.isdigit() and int(nproc) >= 1):
-        _fail("--nproc-per-node", f"{nproc!r} is not a positive integer or auto/cpu/gpu",
-              "use e.g. 8, or auto")
+        _fail(
+            "--nproc-per-node",
+            f"{nproc!r} is not a positive integer or auto/cpu/gpu",
+            "use e.g. 8, or auto",
+        )
     if spec.gpus_per_node and nproc.isdigit() and int(nproc) > spec.gpus_per_node:
-        _fail("--nproc-per-node", f"{nproc} processes but only {spec.gpus_per_node} GPUs per node",
-              "use at most one process per GPU")
-    for option, value in (("--cpu", spec.cpu), ("--memory", spec.memory),
-                          ("--cpu-limit", spec.cpu_limit), ("--memory-limit", spec.memory_limit),
-                          ("--shm-size", spec.shm_size), ("--checkpoint-size", spec.checkpoint_size)):
+        _fail(
+            "--nproc-per-node",
+            f"{nproc} processes but only {spec.gpus_per_node} GPUs per node",
+            "use at most one process per GPU",
+        )
+    for option, value in (
+        ("--cpu", spec.cpu),
+        ("--memory", spec.memory),
+        ("--cpu-limit", spec.cpu_limit),
+        ("--memory-limit", spec.memory_limit),
+        ("--shm-size", spec.shm_size),
+        ("--checkpoint-size", spec.checkpoint_size),
+    ):
         _check_quantity(option, value)
     if spec.checkpoint_claim and spec.checkpoint_size:
-        _fail("--checkpoint-pvc", "given together with --checkpoint-size",
-              "use an existing claim (--checkpoint-pvc) or a new one (--checkpoint-size), not both")
+        _fail(
+            "--checkpoint-pvc",
+            "given together with --checkpoint-size",
+            "use an existing claim (--checkpoint-pvc) or a new one (--checkpoint-size), not both",
+        )
     if spec.checkpoint_claim is not None and not DNS1123_SUBDOMAIN.match(spec.checkpoint_claim):
-        _fail("--checkpoint-pvc", f"{spec.checkpoint_claim!r} is not a valid claim name",
-              "use the name of an existing PersistentVolumeClaim")
+        _fail(
+            "--checkpoint-pvc",
+            f"{spec.checkpoint_claim!r} is not a valid claim name",
+            "use the name of an existing PersistentVolumeClaim",
+        )
     if spec.storage_class and not spec.checkpoint_size:
         _fail("--storage-class", "only applies to a new claim", "add --checkpoint-size SIZE")
     if spec.checkpoint_access_mode not in ACCESS_MODES:
-        _fail("--checkpoint-access-mode", f"{spec.checkpoint_access_mode!r} is unknown",
-              f"use one of {', '.join(ACCESS_MODES)}")
+        _fail(
+            "--checkpoint-access-mode",
+            f"{spec.checkpoint_access_mode!r} is unknown",
+            f"use one of {', '.join(ACCESS_MODES)}",
+        )
     for key in spec.env:
         if not ENV_NAME.match(key):
             _fail("--env", f"{key!r} is not a valid variable name", "use K=V with K like MY_VAR")
@@ -155,13 +187,19 @@ def _check_common(spec: JobSpec) -> None:
     if spec.backoff_limit is not None and spec.backoff_limit < 0:
         _fail("--backoff-limit", f"{spec.backoff_limit} is negative", "use 0 or more")
     if spec.ttl_seconds_after_finished is not None and spec.ttl_seconds_after_finished < 0:
-        _fail("--ttl-seconds-after-finished", f"{spec.ttl_seconds_after_finished} is negative",
-              "use 0 or more seconds")
+        _fail(
+            "--ttl-seconds-after-finished",
+            f"{spec.ttl_seconds_after_finished} is negative",
+            "use 0 or more seconds",
+        )
     if spec.gang is not None and spec.gang not in GANG_SCHEDULERS:
         _fail("--gang", f"{spec.gang!r} is unknown", f"use one of {', '.join(GANG_SCHEDULERS)}")
     if spec.clean_pod_policy is not None and spec.clean_pod_policy not in CLEAN_POD_POLICIES:
-        _fail("--clean-pod-policy", f"{spec.clean_pod_policy!r} is unknown",
-              f"use one of {', '.join(CLEAN_POD_POLICIES)}")
+        _fail(
+            "--clean-pod-policy",
+            f"{spec.clean_pod_policy!r} is unknown",
+            f"use one of {', '.join(CLEAN_POD_POLICIES)}",
+        )
     if spec.podmonitor_labels and not spec.podmonitor:
         _fail("--podmonitor-label", "given without --podmonitor", "add --podmonitor")
 
@@ -174,8 +212,11 @@ def _check_elastic(spec: JobSpec) -> None:
         _fail("--elastic", f"{low}:{high} needs 1 <= MIN <= MAX", "use e.g. --elastic 2:4")
     nodes = resolved_nodes(spec)
     if not low <= nodes <= high:
-        _fail("--nodes", f"{nodes} is outside --elastic {low}:{high}",
-              "use a node count between MIN and MAX, or leave --nodes out")
+        _fail(
+            "--nodes",
+            f"{nodes} is outside --elastic {low}:{high}",
+            "use a node count between MIN and MAX, or leave --nodes out",
+        )
 
 
 def _reject_unsupported(spec: JobSpec) -> None:
@@ -185,27 +226,41 @@ def _reject_unsupported(spec: JobSpec) -> None:
         if spec.elastic is not None:
             _fail("--elastic", f"is for pytorchjob only, not {kind}", "render pytorchjob")
         if spec.gang is not None:
-            _fail("--gang", f"is for pytorchjob only, not {kind}",
-                  "render pytorchjob, or use Kueue (--queue)")
+            _fail(
+                "--gang",
+                f"is for pytorchjob only, not {kind}",
+                "render pytorchjob, or use Kueue (--queue)",
+            )
         if spec.clean_pod_policy is not None:
             _fail("--clean-pod-policy", f"is for pytorchjob only, not {kind}", "leave it out")
     if kind == "trainjob":
         # Trainer v2.3 runtimePatches cannot change these pod/JobSet fields.
-        for option, value in (("--restart-policy", spec.restart_policy),
-                              ("--backoff-limit", spec.backoff_limit),
-                              ("--ttl-seconds-after-finished", spec.ttl_seconds_after_finished),
-                              ("--priority-class", spec.priority_class)):
+        for option, value in (
+            ("--restart-policy", spec.restart_policy),
+            ("--backoff-limit", spec.backoff_limit),
+            ("--ttl-seconds-after-finished", spec.ttl_seconds_after_finished),
+            ("--priority-class", spec.priority_class),
+        ):
             if value is not None:
-                _fail(option, "cannot be set on a TrainJob (Trainer v2.3 runtimePatches have no "
-                      "such field)", "set it in the ClusterTrainingRuntime, or render pytorchjob")
+                _fail(
+                    option,
+                    "cannot be set on a TrainJob (Trainer v2.3 runtimePatches have no such field)",
+                    "set it in the ClusterTrainingRuntime, or render pytorchjob",
+                )
         nproc = resolved_nproc(spec)
         if not (nproc == "auto" or nproc.isdigit()):
-            _fail("--nproc-per-node", f"{nproc!r} is not valid for trainjob (numProcPerNode is an "
-                  "integer)", "use an integer, or auto to let the runtime decide")
+            _fail(
+                "--nproc-per-node",
+                f"{nproc!r} is not valid for trainjob (numProcPerNode is an integer)",
+                "use an integer, or auto to let the runtime decide",
+            )
     policies = PYTORCHJOB_RESTART_POLICIES if kind == "pytorchjob" else INDEXEDJOB_RESTART_POLICIES
     if spec.restart_policy is not None and spec.restart_policy not in policies:
-        _fail("--restart-policy", f"{spec.restart_policy!r} is not valid for {kind}",
-              f"use one of {', '.join(policies)}")
+        _fail(
+            "--restart-policy",
+            f"{spec.restart_policy!r} is not valid for {kind}",
+            f"use one of {', '.join(policies)}",
+        )
 
 
 def _check_trainer_config(spec: JobSpec) -> None:

@@ -45,8 +45,11 @@ JOB_NAME_LABEL = {
     "indexedjob": C.INDEXEDJOB_NAME_LABEL,
 }
 POD_TARGET_LABELS = {
-    "pytorchjob": [C.PYTORCHJOB_JOB_NAME_LABEL, C.PYTORCHJOB_REPLICA_TYPE_LABEL,
-                   C.PYTORCHJOB_REPLICA_INDEX_LABEL],
+    "pytorchjob": [
+        C.PYTORCHJOB_JOB_NAME_LABEL,
+        C.PYTORCHJOB_REPLICA_TYPE_LABEL,
+        C.PYTORCHJOB_REPLICA_INDEX_LABEL,
+    ],
     "trainjob": [C.TRAINJOB_NAME_LABEL, C.INDEXEDJOB_INDEX_LABEL],
     "indexedjob": [C.INDEXEDJOB_NAME_LABEL, C.INDEXEDJOB_INDEX_LABEL],
 }
@@ -125,7 +128,10 @@ def volume_mounts() -> list[dict]:
 
 def volumes(spec: JobSpec) -> list[dict]:
     if spec.checkpoint_claim or spec.checkpoint_size:
-        checkpoints = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(spec)}}
+        checkpoints = {
+            "name": "checkpoints",
+            "persistentVolumeClaim": {"claimName": pvc_name(spec)},
+        }
     else:
         checkpoints = {"name": "checkpoints", "emptyDir": {}}
     return [
@@ -202,8 +208,10 @@ def job_labels(spec: JobSpec) -> dict[str, str]:
 
 
 def build_pytorchjob(spec: JobSpec) -> dict:
-    ports = [{"name": C.PYTORCHJOB_PORT_NAME, "containerPort": C.PYTORCHJOB_PORT,
-              "protocol": "TCP"}, metrics_port()]
+    ports = [
+        {"name": C.PYTORCHJOB_PORT_NAME, "containerPort": C.PYTORCHJOB_PORT, "protocol": "TCP"},
+        metrics_port(),
+    ]
     main = container(spec, C.PYTORCHJOB_CONTAINER, ports, spec.env)
     template = {"metadata": pod_metadata(spec), "spec": pod_spec(spec, main)}
     restart = spec.restart_policy or DEFAULT_RESTART_POLICY
@@ -215,9 +223,13 @@ def build_pytorchjob(spec: JobSpec) -> dict:
     job_spec: dict[str, Any] = {"nprocPerNode": resolved_nproc(spec)}
     if spec.elastic:
         low, high = spec.elastic
-        job_spec["elasticPolicy"] = {"minReplicas": low, "maxReplicas": high,
-                                     "rdzvBackend": "c10d", "rdzvId": spec.name,
-                                     "maxRestarts": spec.max_restarts}
+        job_spec["elasticPolicy"] = {
+            "minReplicas": low,
+            "maxReplicas": high,
+            "rdzvBackend": "c10d",
+            "rdzvId": spec.name,
+            "maxRestarts": spec.max_restarts,
+        }
         replicas = {"Worker": replica(nodes)}
     else:
         replicas = {"Master": replica(1)}
@@ -236,12 +248,20 @@ def build_pytorchjob(spec: JobSpec) -> dict:
         run_policy["schedulingPolicy"] = scheduling
     job_spec["runPolicy"] = run_policy
     job_spec["pytorchReplicaSpecs"] = replicas
-    return {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob",
-            "metadata": metadata(spec, spec.name, "job", job_labels(spec)), "spec": job_spec}
+    return {
+        "apiVersion": PYTORCHJOB_API,
+        "kind": "PyTorchJob",
+        "metadata": metadata(spec, spec.name, "job", job_labels(spec)),
+        "spec": job_spec,
+    }
 
 
 def build_trainjob(spec: JobSpec) -> dict:
-    trainer: dict[str, Any] = {"image": spec.image, "args": container_args(spec)}
+    trainer: dict[str, Any] = {
+        "image": spec.image,
+        "command": list(C.IMAGE_ENTRYPOINT),
+        "args": container_args(spec),
+    }
     if spec.env:
         trainer["env"] = env_list(spec.env)
     trainer["numNodes"] = resolved_nodes(spec)
@@ -259,23 +279,37 @@ def build_trainjob(spec: JobSpec) -> dict:
     patch_pod["securityContext"] = copy.deepcopy(C.POD_SECURITY_CONTEXT)
     patch_pod["terminationGracePeriodSeconds"] = C.TERMINATION_GRACE_PERIOD_SECONDS
     patch_pod.update(pod_placement(spec))
-    patch_pod["containers"] = [{"name": C.TRAINJOB_CONTAINER,
-                                "securityContext": container_security_context(),
-                                "volumeMounts": volume_mounts()}]
+    patch_pod["containers"] = [
+        {
+            "name": C.TRAINJOB_CONTAINER,
+            "securityContext": container_security_context(),
+            "volumeMounts": volume_mounts(),
+        }
+    ]
     patch_pod["volumes"] = volumes(spec)
-    replicated_job = {"name": TRAINJOB_REPLICATED_JOB,
-                      "template": {"spec": {"template": {"metadata": pod_metadata(spec),
-                                                         "spec": patch_pod}}}}
-    patch = {"manager": RUNTIME_PATCH_MANAGER,
-             "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated_job]}}}}
+    replicated_job = {
+        "name": TRAINJOB_REPLICATED_JOB,
+        "template": {"spec": {"template": {"metadata": pod_metadata(spec), "spec": patch_pod}}},
+    }
+    patch = {
+        "manager": RUNTIME_PATCH_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated_job]}}},
+    }
     job_spec = {
-        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                       "name": TRAINJOB_RUNTIME},
+        "runtimeRef": {
+            "apiGroup": "trainer.kubeflow.org",
+            "kind": "ClusterTrainingRuntime",
+            "name": TRAINJOB_RUNTIME,
+        },
         "trainer": trainer,
         "runtimePatches": [patch],
     }
-    return {"apiVersion": TRAINJOB_API, "kind": "TrainJob",
-            "metadata": metadata(spec, spec.name, "job", job_labels(spec)), "spec": job_spec}
+    return {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": metadata(spec, spec.name, "job", job_labels(spec)),
+        "spec": job_spec,
+    }
 
 
 def indexedjob_env(spec: JobSpec) -> dict[str, str]:
@@ -291,21 +325,30 @@ def indexedjob_env(spec: JobSpec) -> dict[str, str]:
 def build_indexedjob_service(spec: JobSpec) -> dict:
     """Headless Service: gives pod `<job>-0` the DNS name `<job>-0.<job>` before it is ready."""
     return {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": metadata(spec, spec.name, "rendezvous"),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {C.INDEXEDJOB_NAME_LABEL: spec.name},
-            "ports": [{"name": INDEXEDJOB_PORT_NAME, "port": C.INDEXEDJOB_PORT,
-                       "targetPort": C.INDEXEDJOB_PORT, "protocol": "TCP"}],
+            "ports": [
+                {
+                    "name": INDEXEDJOB_PORT_NAME,
+                    "port": C.INDEXEDJOB_PORT,
+                    "targetPort": C.INDEXEDJOB_PORT,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }
 
 
 def build_indexedjob(spec: JobSpec) -> dict:
-    ports = [{"name": INDEXEDJOB_PORT_NAME, "containerPort": C.INDEXEDJOB_PORT,
-              "protocol": "TCP"}, metrics_port()]
+    ports = [
+        {"name": INDEXEDJOB_PORT_NAME, "containerPort": C.INDEXEDJOB_PORT, "protocol": "TCP"},
+        metrics_port(),
+    ]
     main = container(spec, C.INDEXEDJOB_CONTAINER, ports, indexedjob_env(spec))
     policy = spec.restart_policy or DEFAULT_RESTART_POLICY
     pod = pod_spec(spec, main, "OnFailure" if policy == "OnFailure" else "Never")
@@ -320,30 +363,50 @@ def build_indexedjob(spec: JobSpec) -> dict:
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     if policy == "ExitCode":
-        job_spec["podFailurePolicy"] = {"rules": [
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-            {"action": "FailJob", "onExitCodes": {"containerName": C.INDEXEDJOB_CONTAINER,
-                                                  "operator": "In",
-                                                  "values": list(NON_RETRYABLE_EXIT_CODES)}},
-        ]}
+        job_spec["podFailurePolicy"] = {
+            "rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": C.INDEXEDJOB_CONTAINER,
+                        "operator": "In",
+                        "values": list(NON_RETRYABLE_EXIT_CODES),
+                    },
+                },
+            ]
+        }
     job_spec["template"] = {"metadata": pod_metadata(spec), "spec": pod}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": metadata(spec, spec.name, "job", job_labels(spec)), "spec": job_spec}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(spec, spec.name, "job", job_labels(spec)),
+        "spec": job_spec,
+    }
 
 
 def build_config_map(spec: JobSpec) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": metadata(spec, config_map_name(spec), "config"),
-            "data": {CONFIG_KEY: trainer_config_text(spec)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(spec, config_map_name(spec), "config"),
+        "data": {CONFIG_KEY: trainer_config_text(spec)},
+    }
 
 
 def build_pvc(spec: JobSpec) -> dict:
-    pvc_spec: dict[str, Any] = {"accessModes": [spec.checkpoint_access_mode],
-                                "resources": {"requests": {"storage": spec.checkpoint_size}}}
+    pvc_spec: dict[str, Any] = {
+        "accessModes": [spec.checkpoint_access_mode],
+        "resources": {"requests": {"storage": spec.checkpoint_size}},
+    }
     if spec.storage_class:
         pvc_spec["storageClassName"] = spec.storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": metadata(spec, pvc_name(spec), "checkpoints"), "spec": pvc_spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(spec, pvc_name(spec), "checkpoints"),
+        "spec": pvc_spec,
+    }
 
 
 def podmonitor_endpoint(kind: str) -> dict:
@@ -355,7 +418,8 @@ def podmonitor_endpoint(kind: str) -> dict:
 
 def build_podmonitor(spec: JobSpec) -> dict:
     return {
-        "apiVersion": PODMONITOR_API, "kind": "PodMonitor",
+        "apiVersion": PODMONITOR_API,
+        "kind": "PodMonitor",
         "metadata": metadata(spec, spec.name, "metrics", dict(spec.podmonitor_labels)),
         "spec": {
             "selector": {"matchLabels": {JOB_NAME_LABEL[spec.kind]: spec.name}},
@@ -370,24 +434,32 @@ def build_fleet_podmonitor(namespace: str | None = None, extra_labels: dict | No
     meta: dict[str, Any] = {"name": C.APP_NAME}
     if namespace:
         meta["namespace"] = namespace
-    meta["labels"] = {C.LABEL_NAME: C.APP_NAME, C.LABEL_MANAGED_BY: C.APP_NAME,
-                      C.LABEL_COMPONENT: "metrics", **(extra_labels or {})}
+    meta["labels"] = {
+        C.LABEL_NAME: C.APP_NAME,
+        C.LABEL_MANAGED_BY: C.APP_NAME,
+        C.LABEL_COMPONENT: "metrics",
+        **(extra_labels or {}),
+    }
     target_labels = [C.LABEL_INSTANCE]
     for names in POD_TARGET_LABELS.values():
         target_labels += [name for name in names if name not in target_labels]
     return {
-        "apiVersion": PODMONITOR_API, "kind": "PodMonitor", "metadata": meta,
+        "apiVersion": PODMONITOR_API,
+        "kind": "PodMonitor",
+        "metadata": meta,
         "spec": {
-            "selector": {"matchLabels": {C.LABEL_NAME: C.APP_NAME,
-                                         C.LABEL_COMPONENT: "trainer"}},
+            "selector": {"matchLabels": {C.LABEL_NAME: C.APP_NAME, C.LABEL_COMPONENT: "trainer"}},
             "podTargetLabels": target_labels,
             "podMetricsEndpoints": [podmonitor_endpoint("pytorchjob")],
         },
     }
 
 
-JOB_BUILDERS = {"pytorchjob": build_pytorchjob, "trainjob": build_trainjob,
-                "indexedjob": build_indexedjob}
+JOB_BUILDERS = {
+    "pytorchjob": build_pytorchjob,
+    "trainjob": build_trainjob,
+    "indexedjob": build_indexedjob,
+}
 
 
 def build_manifests(spec: JobSpec) -> list[dict]:
@@ -404,7 +476,10 @@ def build_manifests(spec: JobSpec) -> list[dict]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style, except short integer lists (exit codes) stay on a few lines."""
+    """Block style, except long integer lists (exit codes) stay on a few lines; no anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:

@@ -12,6 +12,8 @@ The validation libraries are imported inside functions: they are an optional ext
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import typing
 from typing import Any
 
@@ -47,16 +49,24 @@ def core_issues(doc: dict) -> list[Issue]:
 
 def pod_template_issues(template: Any, path: list[Any]) -> list[Issue]:
     """Check an embedded PodTemplateSpec with the strict core schema of `v1 PodTemplate`."""
-    doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
-           "template": template}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "x"},
+        "template": template,
+    }
     return [(join_path(path) + p.removeprefix("template"), m) for p, m in core_issues(doc)]
 
 
 # --- kubeflow-training (PyTorchJob): swagger-codegen models -------------------------------------
 
 _PRIMITIVES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
-    "datetime": (str,), "date": (str,),
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "datetime": (str,),
+    "date": (str,),
 }
 
 
@@ -96,13 +106,15 @@ def _swagger_walk(value: Any, type_name: str, path: list[Any], issues: list[Issu
         wanted = _PRIMITIVES[type_name]
         bad_bool = isinstance(value, bool) and bool not in wanted
         if bad_bool or not isinstance(value, wanted):
-            issues.append((join_path(path),
-                           f"must be {type_name}, got {type(value).__name__} {value!r}"))
+            issues.append(
+                (join_path(path), f"must be {type_name}, got {type(value).__name__} {value!r}")
+            )
         return
     model = _swagger_class(type_name)
     if not isinstance(value, dict):
-        issues.append((join_path(path), f"must be a mapping ({type_name}), "
-                                         f"got {type(value).__name__}"))
+        issues.append(
+            (join_path(path), f"must be a mapping ({type_name}), got {type(value).__name__}")
+        )
         return
     by_json_name = {json_name: attr for attr, json_name in model.attribute_map.items()}
     for key, item in value.items():
@@ -136,10 +148,57 @@ def _unwrap(annotation: Any) -> list[Any]:
     return [annotation]
 
 
+@functools.cache
+def _type_adapter(annotation: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(annotation)
+
+
+def _leaf_issue(value: Any, annotation: Any) -> str | None:
+    import pydantic
+
+    try:
+        _type_adapter(annotation).validate_python(value, strict=True)
+    except pydantic.ValidationError as exc:
+        return exc.errors()[0]["msg"]
+    return None
+
+
+def _is_one_of(model: type) -> bool:
+    """The SDK's oneOf wrappers (Quantity, IntOrString) hold a scalar, not a mapping."""
+    return "actual_instance" in model.model_fields
+
+
 def _pydantic_walk(value: Any, annotation: Any, path: list[Any], issues: list[Issue]) -> None:
     from pydantic import BaseModel
 
-    for alt in _unwrap(annotation):
+    alternatives = _unwrap(annotation)
+    for alt in alternatives:
+        if isinstance(alt, type) and issubclass(alt, BaseModel) and _is_one_of(alt):
+            try:
+                alt.from_json(json.dumps(value))
+            except ValueError:
+                issues.append((join_path(path), f"{value!r} is not a valid {alt.__name__}"))
+            return
+    containers = [
+        alt
+        for alt in alternatives
+        if typing.get_origin(alt) in (list, dict)
+        or (isinstance(alt, type) and issubclass(alt, BaseModel))
+    ]
+    if not containers:
+        message = _leaf_issue(value, annotation)
+        if message:
+            issues.append((join_path(path), f"{message}, got {type(value).__name__} {value!r}"))
+        return
+    if not any(
+        isinstance(value, list if typing.get_origin(alt) is list else dict) for alt in containers
+    ):
+        wanted = "a list" if typing.get_origin(containers[0]) is list else "a mapping"
+        issues.append((join_path(path), f"must be {wanted}, got {type(value).__name__}"))
+        return
+    for alt in alternatives:
         origin = typing.get_origin(alt)
         if origin is list and isinstance(value, list):
             (item_type,) = typing.get_args(alt)
@@ -150,14 +209,11 @@ def _pydantic_walk(value: Any, annotation: Any, path: list[Any], issues: list[Is
             for key, item in value.items():
                 _pydantic_walk(item, item_type, [*path, key], issues)
         elif isinstance(alt, type) and issubclass(alt, BaseModel) and isinstance(value, dict):
-            if "actual_instance" in alt.model_fields:  # a oneOf wrapper (Quantity, IntOrString)
-                return
             by_alias = {(f.alias or name): f for name, f in alt.model_fields.items()}
             for key, item in value.items():
                 if key not in by_alias:
                     known = ", ".join(sorted(by_alias))
-                    issues.append((join_path([*path, key]),
-                                   f"unknown field (known here: {known})"))
+                    issues.append((join_path([*path, key]), f"unknown field (known here: {known})"))
                     continue
                 _pydantic_walk(item, by_alias[key].annotation, [*path, key], issues)
 
@@ -170,11 +226,11 @@ def trainjob_sdk_issues(doc: dict) -> list[Issue]:
     _pydantic_walk(doc, TrainerV1alpha1TrainJob, [], issues)
     if issues:
         return issues
-    try:
+    try:  # what the walk cannot see: required fields, the models' own validators
         TrainerV1alpha1TrainJob.from_dict(doc)
     except pydantic.ValidationError as exc:
         for error in exc.errors():
-            issues.append((join_path(list(error["loc"])), error["msg"]))
+            issues.append((join_path(list(error["loc"])), f"{error['msg']} (in {exc.title})"))
     return issues
 
 
@@ -191,8 +247,11 @@ def strict_crd_schema(schema: dict) -> dict:
         if isinstance(node, dict):
             if node.get("x-kubernetes-int-or-string") and "anyOf" not in node:
                 node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-            if ("properties" in node and "additionalProperties" not in node
-                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
                 node["additionalProperties"] = False
             for child in node.values():
                 visit(child)
@@ -204,9 +263,18 @@ def strict_crd_schema(schema: dict) -> dict:
     return schema
 
 
+_validators: dict[int, tuple[dict, Any]] = {}  # id(schema) -> (schema, validator)
+
+
 def crd_issues(doc: dict, openapi_v3_schema: dict) -> list[Issue]:
     import jsonschema
 
-    validator = jsonschema.Draft7Validator(strict_crd_schema(openapi_v3_schema))
-    return [(join_path(list(error.absolute_path)), error.message)
-            for error in sorted(validator.iter_errors(doc), key=lambda e: str(e.absolute_path))]
+    cached = _validators.get(id(openapi_v3_schema))
+    if cached is None or cached[0] is not openapi_v3_schema:
+        validator = jsonschema.Draft7Validator(strict_crd_schema(openapi_v3_schema))
+        _validators[id(openapi_v3_schema)] = (openapi_v3_schema, validator)
+    validator = _validators[id(openapi_v3_schema)][1]
+    return [
+        (join_path(list(error.absolute_path)), error.message)
+        for error in sorted(validator.iter_errors(doc), key=lambda e: str(e.absolute_path))
+    ]

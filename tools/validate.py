@@ -21,6 +21,8 @@ PYTORCHJOB = f"{PYTORCHJOB_API}/PyTorchJob"
 TRAINJOB = f"{TRAINJOB_API}/TrainJob"
 PODMONITOR = f"{PODMONITOR_API}/PodMonitor"
 KUBEFLOW_KINDS = (PYTORCHJOB, TRAINJOB)
+# Files that sit beside manifests but are never sent to the API server.
+NOT_CLUSTER_OBJECTS = ("kustomize.config.k8s.io/",)
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,9 @@ def load_documents(text: str, source: str) -> list[dict]:
         raise ManifestError(f"{source}{where}: not valid YAML; fix the syntax") from None
     for index, doc in enumerate(docs):
         if not isinstance(doc, dict):
-            raise ManifestError(f"{source}: document {index + 1} is a {type(doc).__name__}, "
-                                "not a Kubernetes object")
+            raise ManifestError(
+                f"{source}: document {index + 1} is a {type(doc).__name__}, not a Kubernetes object"
+            )
     return docs
 
 
@@ -78,9 +81,14 @@ def _podmonitor_issues(doc: dict) -> list[tuple[str, str]]:
     else:
         for index, endpoint in enumerate(endpoints):
             if not isinstance(endpoint, dict) or not (
-                    {"port", "targetPort", "portNumber"} & set(endpoint)):
-                issues.append((f"spec.podMetricsEndpoints[{index}]", "needs port (a name), "
-                               "portNumber or targetPort"))
+                {"port", "targetPort", "portNumber"} & set(endpoint)
+            ):
+                issues.append(
+                    (
+                        f"spec.podMetricsEndpoints[{index}]",
+                        "needs port (a name), portNumber or targetPort",
+                    )
+                )
     return issues
 
 
@@ -88,6 +96,8 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
     key = _key(doc)
     if not doc.get("apiVersion") or not doc.get("kind"):
         return [("(document)", "apiVersion and kind are required")]
+    if key.startswith(NOT_CLUSTER_OBJECTS):
+        return []
     if key in crd_schemas:
         issues = schema_checks.crd_issues(doc, crd_schemas[key])
     elif key == PYTORCHJOB:
@@ -100,8 +110,13 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
         try:
             issues = schema_checks.core_issues(doc)
         except schema_checks.SchemaUnavailable:
-            return [("(document)", f"no schema known for {key}; kubeddp validates core kinds, "
-                                   "PyTorchJob, TrainJob and PodMonitor")]
+            return [
+                (
+                    "(document)",
+                    f"no schema known for {key}; kubeddp validates core kinds, "
+                    "PyTorchJob, TrainJob and PodMonitor",
+                )
+            ]
     if key == PYTORCHJOB:
         for path, template in _pytorchjob_templates(doc):
             issues += schema_checks.pod_template_issues(template, path)
@@ -110,11 +125,15 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
         issues += webhook_rules.trainjob_issues(doc)
     elif key == "batch/v1/Job":
         issues += webhook_rules.indexedjob_issues(doc)
-    return list(dict.fromkeys(issues))
+    first_per_path: dict[str, str] = {}  # the SDK walk and the pod schema may both see one
+    for path, message in issues:
+        first_per_path.setdefault(path, message)
+    return list(first_per_path.items())
 
 
-def validate_documents(docs: list[dict], source: str = "",
-                       crd_schemas: dict[str, dict] | None = None) -> list[Problem]:
+def validate_documents(
+    docs: list[dict], source: str = "", crd_schemas: dict[str, dict] | None = None
+) -> list[Problem]:
     problems = []
     for doc in docs:
         if doc.get("apiVersion") == "v1" and doc.get("kind") == "List":

@@ -50,10 +50,14 @@ def _write_file(path: Path, write) -> None:
 
 
 def list_checkpoints(directory: str | Path) -> list[CheckpointRef]:
-    """Complete checkpoints, newest first."""
+    """Complete checkpoints in `directory`, newest first; a path naming one checkpoint
+    (.../ckpt-00000040) lists just that one."""
     root = Path(directory)
     if not root.is_dir():
         return []
+    own = CKPT_RE.match(root.name)
+    if own and (root / MARKER).is_file():
+        return [CheckpointRef(root, int(own.group(1)))]
     refs = []
     for child in root.iterdir():
         m = CKPT_RE.match(child.name)
@@ -90,6 +94,10 @@ def write_checkpoint(
         ) from exc
     for old in list_checkpoints(root)[keep:]:
         shutil.rmtree(old.path, ignore_errors=True)
+    # Half-written temporaries of writers that were killed: there is one writer (global
+    # rank 0), so any other temporary is dead and may be as large as a checkpoint.
+    for stale in root.glob(".tmp-ckpt-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     return final
 
 

@@ -144,9 +144,18 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _float_or_same(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _coerce(path: str, value: Any, typ: Any) -> Any:
     """Check `value` against `typ`; YAML already typed it, so only int -> float widens."""
     if dataclasses.is_dataclass(typ):
+        if value is None:  # a section whose keys are all commented out
+            value = {}
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{path}' must be a mapping, got {type(value).__name__}")
         return _build(typ, value, path)
@@ -157,6 +166,8 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif typ is float:
+        if isinstance(value, str):
+            value = _float_or_same(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     elif typ is str:
@@ -208,6 +219,16 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("config key 'workload.n_embd' must be a multiple of 'workload.n_head'")
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line report as one line: what went wrong, and where (1-based lines)."""
+    parts = []
+    for what, mark in (("context", "context_mark"), ("problem", "problem_mark")):
+        text, where = getattr(exc, what, None), getattr(exc, mark, None)
+        if text:
+            parts.append(f"{text} at line {where.line + 1}" if where else text)
+    return ": ".join(parts) or type(exc).__name__
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], value parsed as a YAML scalar)."""
     if "=" not in text:
@@ -219,7 +240,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from None
+        raise ConfigError(
+            f"override {text!r}: the value is not valid YAML ({_yaml_problem(exc)}); "
+            "quote it, e.g. section.key='[1'"
+        ) from None
     return keys, value
 
 
@@ -235,9 +259,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"config file {p}{where} is not valid YAML; fix the syntax") from None
+            raise ConfigError(
+                f"config file {p} is not valid YAML ({_yaml_problem(exc)}); fix the syntax"
+            ) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -245,7 +269,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = loaded
     for text in overrides or []:
         (section, key), value = parse_override(text)
-        sect = data.setdefault(section, {})
+        sect = data.get(section)
+        if sect is None:
+            sect = data[section] = {}
         if not isinstance(sect, dict):
             raise ConfigError(f"config key '{section}' must be a mapping")
         sect[key] = value

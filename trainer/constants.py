@@ -26,6 +26,9 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 SHM_SIZE_DEFAULT = "8Gi"
 
 # Image
+# The image entrypoint. Written explicitly where a runtime may override it (TrainJob runtimes
+# can set their own `command`).
+IMAGE_ENTRYPOINT = ("tini", "--", "kubeddp", "launch")
 IMAGE_REPOSITORY = "ghcr.io/kubeddp/kubeddp"
 IMAGE_UID = 1000
 # The CPU image as built locally and loaded into kind (`kind load docker-image`); CI and
@@ -83,3 +86,10 @@ ENV_INDEXEDJOB_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
 ENV_INDEXEDJOB_MASTER_PORT = "KUBEDDP_MASTER_PORT"
 ENV_INDEXEDJOB_NNODES = "KUBEDDP_NNODES"
 ENV_INDEXEDJOB_NPROC = "KUBEDDP_NPROC_PER_NODE"
+# Rank 0 writes per-step wall-clock times here as JSON at the end of fit (tests/bench reads it)
+ENV_SUMMARY_FILE = "KUBEDDP_SUMMARY_FILE"
+# Metrics (trainer/metrics.py, trainer/metrics_server.py)
+ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after training ends
+ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # set by launch for workers; shown in kubeddp_info
+ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
+METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR

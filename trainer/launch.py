@@ -6,15 +6,21 @@ env -> RendezvousPlan -> wait for the rendezvous host -> torchrun's elastic agen
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
+from collections.abc import Mapping
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.config import ConfigError, load_config
+from kubeddp.trainer.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.rendezvous import RendezvousError, RendezvousPlan, plan_from_env
 from kubeddp.trainer.wait import RendezvousHostUnreachable, wait_for_host
 
 DEFAULT_RDZV_WAIT_SECONDS = 600.0
+# Seconds the agent waits for preempted workers beyond their own save budget (exit, flush).
+SHUTDOWN_MARGIN_SECONDS = 10
 
 
 def _split_worker_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -72,14 +78,43 @@ def _exit_code_of_failure(exc: BaseException) -> int:
     return positive[0] if positive else 1
 
 
-def run_torchrun(plan: RendezvousPlan) -> int:
+def preempt_grace_seconds(worker_args: list[str]) -> float:
+    """checkpoint.preempt_grace_seconds of the workers' config (default if it does not load)."""
+    from kubeddp.trainer.config import ConfigError, load_config
+    from kubeddp.trainer.worker import parse_args
+
+    try:
+        args = parse_args(worker_args)
+        return load_config(args.config, args.overrides).checkpoint.preempt_grace_seconds
+    except (ConfigError, SystemExit):  # the worker reports a bad config itself, in one line
+        return float(constants.PREEMPT_GRACE_SECONDS)
+
+
+def torchrun_args(plan: RendezvousPlan, preempt_grace: float | None = None) -> argparse.Namespace:
+    """torchrun's parsed arguments for the plan, with a shutdown timeout that fits the save."""
+    from torch.distributed.run import get_args_parser
+
+    args = get_args_parser().parse_args(plan.argv[1:])
+    if args.shutdown_timeout is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
+        # On SIGTERM the agent gives workers this long before SIGKILL: the preemption save
+        # (bounded by the workers' own grace timer) must fit in it.
+        grace = constants.PREEMPT_GRACE_SECONDS if preempt_grace is None else preempt_grace
+        args.shutdown_timeout = math.ceil(grace) + SHUTDOWN_MARGIN_SECONDS
+    return args
+
+
+def run_torchrun(plan: RendezvousPlan, preempt_grace: float | None = None) -> int:
     """Run torchrun's elastic agent in this process (no extra exec, signals reach it)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run
+    from torch.distributed.run import run
 
     os.environ["KUBEDDP_RDZV_SOURCE"] = plan.source  # shown in kubeddp_info
-    args = get_args_parser().parse_args(plan.argv[1:])
+    # torch shares the rendezvous TCPStore with the workers by default, and a restarted worker
+    # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
+    # issue 135712). A store per worker group makes --max-restarts work.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    args = torchrun_args(plan, preempt_grace)
     try:
         run(args)
     except ChildFailedError as exc:
@@ -121,6 +156,24 @@ def launch_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _env_number(env: Mapping[str, str], name: str, kind: type, default: float = 0) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise RendezvousError(f"{name}={raw!r} is not a number; set a number or unset it") from None
+
+
+def _check_worker_config(worker_args: list[str]) -> None:
+    """Load the workers' config here: one line now, not one traceback per worker later."""
+    from kubeddp.trainer.worker import parse_args
+
+    args = parse_args(worker_args)  # an unknown worker flag exits 2 with argparse's usage line
+    load_config(args.config, args.overrides)
+
+
 def launch_main(argv: list[str]) -> int:
     own, worker_args = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
@@ -129,7 +182,7 @@ def launch_main(argv: list[str]) -> int:
         gpus = (
             _gpu_count
             if not args.dry_run or env.get("KUBEDDP_DRY_RUN_GPUS") is None
-            else (lambda: int(env["KUBEDDP_DRY_RUN_GPUS"]))
+            else (lambda: _env_number(env, "KUBEDDP_DRY_RUN_GPUS", int))
         )
         plan = plan_from_env(
             env,
@@ -144,6 +197,16 @@ def launch_main(argv: list[str]) -> int:
     if args.dry_run:
         print(plan.to_json())
         return 0
+    try:
+        _check_worker_config(worker_args)
+        deadline = args.rdzv_wait
+        if deadline is None:
+            deadline = _env_number(
+                env, constants.ENV_RDZV_WAIT_SECONDS, float, DEFAULT_RDZV_WAIT_SECONDS
+            )
+    except (ConfigError, RendezvousError) as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 2
     _log(
         f"[kubeddp] rendezvous: {plan.source}, nodes {plan.nnodes}, {plan.nproc_per_node} "
         f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
@@ -152,15 +215,23 @@ def launch_main(argv: list[str]) -> int:
         from kubeddp.trainer.worker import main as worker_main
 
         return worker_main(worker_args)
-    deadline = args.rdzv_wait
-    if deadline is None:
-        deadline = float(env.get(constants.ENV_RDZV_WAIT_SECONDS, DEFAULT_RDZV_WAIT_SECONDS))
     try:
         _wait(plan, deadline)
     except RendezvousHostUnreachable as exc:
         _log(f"kubeddp launch: error: {exc}")
         return 3
-    return run_torchrun(plan)
+    try:
+        metrics = start_for_launch(worker_args, plan.in_kubernetes, _log)
+    except MetricsSetupError as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 2
+    code = 1
+    try:
+        code = run_torchrun(plan, preempt_grace_seconds(worker_args))
+    finally:
+        if metrics is not None:
+            metrics.finish(code, _log)
+    return code
 
 
 def train_main(argv: list[str]) -> int:

@@ -139,11 +139,13 @@ def _static(
     nproc: int,
     host: str,
     port: int,
+    rank_var: str,
+    nnodes_var: str,
 ) -> RendezvousPlan:
     if node_rank >= nnodes:
         raise RendezvousError(
-            f"node rank {node_rank} >= number of nodes {nnodes} ({source}); node ranks run "
-            f"0..{nnodes - 1}: check the replica counts and the rank variables"
+            f"{rank_var}={node_rank} >= {nnodes_var}={nnodes} ({source}): node ranks run "
+            f"0..{nnodes - 1}; set {rank_var} below {nnodes_var} or raise the node count"
         )
     return RendezvousPlan(
         source=source,
@@ -170,11 +172,9 @@ def _plan_pytorchjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Calla
                 "Master sets both: set it or unset MASTER_ADDR"
             )
     world_env = _int(env, "WORLD_SIZE", 1)
-    rank = _int(env, "PET_NODE_RANK" if "PET_NODE_RANK" in env else "RANK")
-    if "PET_NNODES" in env:
-        nnodes = _int(env, "PET_NNODES", 1)
-    else:
-        nnodes = world_env
+    rank_var = "PET_NODE_RANK" if "PET_NODE_RANK" in env else "RANK"
+    rank = _int(env, rank_var)
+    nnodes = _int(env, "PET_NNODES", 1) if "PET_NNODES" in env else world_env
     if world_env % nnodes:
         raise RendezvousError(
             f"WORLD_SIZE={world_env} is not a multiple of PET_NNODES={nnodes}; the operator sets "
@@ -184,7 +184,8 @@ def _plan_pytorchjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Calla
         raise RendezvousError(
             f"RANK={env['RANK']} >= WORLD_SIZE={world_env}; RANK must be in 0..WORLD_SIZE-1"
         )
-    return _static("pytorchjob", env, nnodes, rank, nproc, addr, port)
+    nnodes_var = "PET_NNODES" if "PET_NNODES" in env else "WORLD_SIZE"
+    return _static("pytorchjob", env, nnodes, rank, nproc, addr, port, rank_var, nnodes_var)
 
 
 def _plan_elastic(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
@@ -226,7 +227,8 @@ def _plan_trainjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callabl
         nproc_flag or env.get("PET_NPROC_PER_NODE", "auto"), "PET_NPROC_PER_NODE", env, gpus
     )
     port = _port(env, "PET_MASTER_PORT", constants.TRAINJOB_PORT)
-    return _static("trainjob", env, nnodes, rank, nproc, env["PET_MASTER_ADDR"], port)
+    addr = env["PET_MASTER_ADDR"]
+    return _static("trainjob", env, nnodes, rank, nproc, addr, port, "PET_NODE_RANK", "PET_NNODES")
 
 
 def _plan_indexedjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
@@ -242,7 +244,10 @@ def _plan_indexedjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Calla
     nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
     port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, constants.INDEXEDJOB_PORT)
     addr = env[constants.ENV_INDEXEDJOB_MASTER_ADDR]
-    return _static("indexedjob", env, nnodes, rank, nproc, addr, port)
+    return _static(
+        "indexedjob", env, nnodes, rank, nproc, addr, port,
+        "JOB_COMPLETION_INDEX", constants.ENV_INDEXEDJOB_NNODES,
+    )  # fmt: skip
 
 
 def _plan_env(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
@@ -262,7 +267,7 @@ def _plan_env(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[],
             "which means one process per pod; drop the flag or launch through torchrun"
         )
     port = _port(env, "MASTER_PORT", constants.PYTORCHJOB_PORT)
-    return _static("env", env, world, rank, 1, env["MASTER_ADDR"], port)
+    return _static("env", env, world, rank, 1, env["MASTER_ADDR"], port, "RANK", "WORLD_SIZE")
 
 
 def _plan_standalone(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
@@ -362,7 +367,8 @@ def plan_from_env(
         world = _int(env, "WORLD_SIZE", 1) if env.get("WORLD_SIZE") else 1
         plan = RendezvousPlan(
             source="torchrun",
-            nnodes=env.get("PET_NNODES", "1") or "1",
+            # torchrun sets GROUP_WORLD_SIZE to the nodes actually joined (also when elastic).
+            nnodes=env.get("GROUP_WORLD_SIZE") or env.get("PET_NNODES") or "1",
             nproc_per_node=_int(env, "LOCAL_WORLD_SIZE", 1) if env.get("LOCAL_WORLD_SIZE") else 1,
             node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else 0,
             rdzv_backend="torchrun",

@@ -1,13 +1,12 @@
 {{/*
-Names and labels. The job name is a DNS-1035 label: the operators derive pod and Service
-names from it (<job>-master-0, <job>-node-0-0.<job>, <job>-0.<job>).
+Names and labels. The job name is the full name: a DNS-1035 label, since the operators derive
+pod and Service names from it (<job>-master-0, <job>-node-0-0.<job>, <job>-0.<job>).
 */}}
 
 {{- define "kubeddp.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The release's full name; also the job name. */}}
 {{- define "kubeddp.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
@@ -37,6 +36,12 @@ app.kubernetes.io/version: {{ default .Chart.AppVersion .Values.image.tag | trun
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* labels plus app.kubernetes.io/component; call with (list $ "component") */}}
+{{- define "kubeddp.componentLabels" -}}
+{{ include "kubeddp.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
 {{- define "kubeddp.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -55,4 +60,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else }}
 {{- .Values.serviceAccount.name }}
 {{- end }}
+{{- end }}
+
+{{/* Resolved knobs: null values take the same defaults as `kubeddp render`. */}}
+{{- define "kubeddp.nodes" -}}
+{{- if not (kindIs "invalid" .Values.nodes) }}
+{{- .Values.nodes | int }}
+{{- else if .Values.elastic.enabled }}
+{{- .Values.elastic.maxNodes | int }}
+{{- else }}1{{ end }}
+{{- end }}
+
+{{- define "kubeddp.nproc" -}}
+{{- if not (kindIs "invalid" .Values.nprocPerNode) }}
+{{- toString .Values.nprocPerNode }}
+{{- else if gt (int .Values.gpusPerNode) 0 }}
+{{- .Values.gpusPerNode | int }}
+{{- else }}auto{{ end }}
+{{- end }}
+
+{{- define "kubeddp.restartPolicy" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- default $c.defaultRestartPolicy .Values.restartPolicy }}
+{{- end }}
+
+{{- define "kubeddp.backoffLimit" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- if kindIs "invalid" .Values.backoffLimit }}{{ $c.defaultBackoffLimit }}{{ else }}{{ .Values.backoffLimit | int }}{{ end }}
 {{- end }}

@@ -1,134 +1,158 @@
 {{/*
-The training pod, shared by every kind. Call with
-  dict "root" $ "container" NAME "ports" LIST "env" LIST
+The training pod, shared by every kind (same shape as tools/manifests.py).
 */}}
 
-{{- define "kubeddp.podAnnotations" -}}
+{{- define "kubeddp.podMetadata" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+labels:
+  {{- include "kubeddp.selectorLabels" . | trim | nindent 2 }}
+  app.kubernetes.io/component: trainer
+  {{- with .Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- $annotations := dict }}
 {{- if .Values.istio.optOut }}
-{{- $_ := set $annotations "sidecar.istio.io/inject" "false" }}
+{{- $_ := set $annotations $c.istioInjectAnnotation "false" }}
 {{- end }}
 {{- $annotations = merge $annotations .Values.podAnnotations }}
 {{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* resources plus the GPU count in requests and limits */}}
+{{- define "kubeddp.resources" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $resources := deepCopy .Values.resources }}
+{{- if gt (int .Values.gpusPerNode) 0 }}
+{{- $gpus := .Values.gpusPerNode | int | toString }}
+{{- range $section := list "requests" "limits" }}
+{{- $_ := set $resources $section (merge (dict $c.gpuResource $gpus) (get $resources $section | default dict)) }}
+{{- end }}
+{{- end }}
+{{- with $resources }}
 {{- toYaml . }}
 {{- end }}
 {{- end }}
 
-{{- define "kubeddp.podLabels" -}}
-{{ include "kubeddp.selectorLabels" . }}
-app.kubernetes.io/component: trainer
-{{- with .Values.podLabels }}
-{{ toYaml . }}
-{{- end }}
-{{- end }}
-
-{{/* Container resources: resources + the GPU request, limits carry the GPU count. */}}
-{{- define "kubeddp.resources" -}}
-{{- $resources := deepCopy .Values.resources }}
-{{- if gt (int .Values.gpusPerNode) 0 }}
-{{- $limits := default dict $resources.limits }}
-{{- $_ := set $limits .Values.gpuResource (int .Values.gpusPerNode) }}
-{{- $_ := set $resources "limits" $limits }}
-{{- end }}
-{{- toYaml $resources }}
-{{- end }}
-
 {{- define "kubeddp.volumes" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
 - name: config
   configMap:
     name: {{ include "kubeddp.configMapName" . }}
+- name: checkpoints
+{{- if or .Values.checkpoints.existingClaim .Values.checkpoints.size }}
+  persistentVolumeClaim:
+    claimName: {{ include "kubeddp.checkpointClaimName" . }}
+{{- else }}
+  emptyDir: {}
+{{- end }}
 - name: dshm
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.shmSize }}
 - name: tmp
   emptyDir: {}
-- name: checkpoints
-{{- if .Values.checkpoints.persistence }}
-  persistentVolumeClaim:
-    claimName: {{ include "kubeddp.checkpointClaimName" . }}
-{{- else }}
-  emptyDir: {}
-{{- end }}
 {{- end }}
 
 {{- define "kubeddp.volumeMounts" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
 - name: config
-  mountPath: /etc/kubeddp
+  mountPath: {{ $c.configDir }}
   readOnly: true
+- name: checkpoints
+  mountPath: {{ $c.checkpointDir }}
 - name: dshm
   mountPath: /dev/shm
 - name: tmp
-  mountPath: /tmp
-- name: checkpoints
-  mountPath: /checkpoints
+  mountPath: {{ $c.scratchDir }}
 {{- end }}
 
-{{/* Env every kind gets: the CPU worker count, then the user's env. */}}
-{{- define "kubeddp.baseEnv" -}}
-- name: KUBEDDP_CPU_NPROC
-  value: {{ .Values.cpuWorkersPerNode | quote }}
-{{- with .Values.env }}
+{{- define "kubeddp.args" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+- "--"
+- "--config"
+- {{ $c.configFile }}
+{{- end }}
+
+{{/* env: the kind's own entries (.env, in the order .envOrder) where values.env may replace
+a value in place, then the rest of values.env, then extraEnv */}}
+{{- define "kubeddp.env" -}}
+{{- $root := .root }}
+{{- range $name := .envOrder }}
+- name: {{ $name }}
+  value: {{ get $root.Values.env $name | default (index $.env $name) | quote }}
+{{- end }}
+{{- range $name, $value := $root.Values.env }}
+{{- if not (has $name $.envOrder) }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- with $root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
+{{/* dict "root" $ "container" NAME "ports" LIST "env" DICT "envOrder" LIST */}}
 {{- define "kubeddp.container" -}}
 {{- $root := .root -}}
 - name: {{ .container }}
   image: {{ include "kubeddp.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   args:
-    - "--"
-    - "--config"
-    - /etc/kubeddp/config.yaml
-  {{- $ports := .ports }}
-  {{- if $root.Values.metrics.enabled }}
-  {{- $ports = append $ports (dict "name" "metrics" "containerPort" (int $root.Values.metrics.port)) }}
-  {{- end }}
-  {{- with $ports }}
-  ports:
-    {{- range . }}
-    - name: {{ .name }}
-      containerPort: {{ .containerPort }}
-      protocol: TCP
-    {{- end }}
-  {{- end }}
+    {{- include "kubeddp.args" $root | trim | nindent 4 }}
+  {{- with (include "kubeddp.env" .) }}
   env:
-    {{- with .env }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-    {{- include "kubeddp.baseEnv" $root | nindent 4 }}
+    {{- . | trim | nindent 4 }}
+  {{- end }}
+  ports:
+    {{- toYaml .ports | nindent 4 }}
+  {{- with (include "kubeddp.resources" $root) }}
   resources:
-    {{- include "kubeddp.resources" $root | nindent 4 }}
+    {{- . | trim | nindent 4 }}
+  {{- end }}
   securityContext:
     {{- toYaml $root.Values.securityContext | nindent 4 }}
   volumeMounts:
-    {{- include "kubeddp.volumeMounts" $root | nindent 4 }}
+    {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
 {{- end }}
 
-{{/* The pod template; .restartPolicy is the pod's own policy (empty for PyTorchJob). */}}
+{{/* Pod placement shared by the pod spec and the TrainJob runtime patch */}}
+{{- define "kubeddp.placement" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* dict "root" $ "container" ... "restartPolicy" P "subdomain" S "schedulerName" N */}}
 {{- define "kubeddp.podTemplate" -}}
 {{- $root := .root -}}
 metadata:
-  labels:
-    {{- include "kubeddp.podLabels" $root | nindent 4 }}
-  {{- with (include "kubeddp.podAnnotations" $root) }}
-  annotations:
-    {{- . | nindent 4 }}
-  {{- end }}
+  {{- include "kubeddp.podMetadata" $root | trim | nindent 2 }}
 spec:
-  {{- with .restartPolicy }}
-  restartPolicy: {{ . }}
-  {{- end }}
   {{- with .subdomain }}
   subdomain: {{ . }}
   {{- end }}
   {{- with (include "kubeddp.serviceAccountName" $root) }}
   serviceAccountName: {{ . }}
-  {{- end }}
+  automountServiceAccountToken: true
+  {{- else }}
   automountServiceAccountToken: false
-  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+  {{- end }}
+  {{- with .restartPolicy }}
+  restartPolicy: {{ . }}
+  {{- end }}
   {{- with $root.Values.priorityClassName }}
   priorityClassName: {{ . }}
   {{- end }}
@@ -141,20 +165,12 @@ spec:
   {{- end }}
   securityContext:
     {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
-  {{- with $root.Values.nodeSelector }}
-  nodeSelector:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $root.Values.tolerations }}
-  tolerations:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $root.Values.affinity }}
-  affinity:
-    {{- toYaml . | nindent 4 }}
+  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds | int }}
+  {{- with (include "kubeddp.placement" $root) }}
+  {{- . | trim | nindent 2 }}
   {{- end }}
   containers:
-    {{- include "kubeddp.container" . | nindent 4 }}
+    {{- include "kubeddp.container" . | trim | nindent 4 }}
   volumes:
-    {{- include "kubeddp.volumes" $root | nindent 4 }}
+    {{- include "kubeddp.volumes" $root | trim | nindent 4 }}
 {{- end }}

@@ -1,61 +1,65 @@
 {{/*
-Rules that span several values (values.schema.json checks each value on its own).
-Each message names the offending value and the fix.
+Rules that span several values; values.schema.json checks each value on its own. They mirror
+`kubeddp render`'s checks (tools/jobspec.py), and each message names the value and the fix.
 */}}
 {{- define "kubeddp.validate" -}}
 {{- $v := .Values }}
 {{- $job := include "kubeddp.fullname" . }}
-{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $job) }}
-{{- fail (printf "job name %q is not a DNS-1035 label: use lower-case letters, digits and '-', starting with a letter (set fullnameOverride)" $job) }}
+{{- $nodes := include "kubeddp.nodes" . | int }}
+{{- $nproc := include "kubeddp.nproc" . }}
+{{- $isCount := regexMatch "^[0-9]+$" $nproc }}
+{{- if or (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $job)) (gt (len $job) 40) }}
+{{- fail (printf "job name %q is not a DNS-1035 label of at most 40 characters: use lower-case letters, digits and '-', starting with a letter (set fullnameOverride or pick another release name)" $job) }}
 {{- end }}
-{{- if gt (len $job) 40 }}
-{{- fail (printf "job name %q has %d characters; pod names derived from it need it at most 40 (set fullnameOverride)" $job (len $job)) }}
+{{- if lt $nodes 1 }}
+{{- fail (printf "nodes is %d; a job needs at least 1 node" $nodes) }}
 {{- end }}
-{{- if lt (int $v.nodes) 1 }}
-{{- fail (printf "nodes is %v; a job needs at least 1 node" $v.nodes) }}
-{{- end }}
-{{- $nproc := toString $v.nprocPerNode }}
-{{- if and (regexMatch "^[0-9]+$" $nproc) (lt (atoi $nproc) 1) }}
-{{- fail (printf "nprocPerNode is %s; use at least 1, or auto/cpu/gpu" $nproc) }}
+{{- if and (gt (int $v.gpusPerNode) 0) $isCount (gt (atoi $nproc) (int $v.gpusPerNode)) }}
+{{- fail (printf "nprocPerNode is %s but gpusPerNode is %d: use at most one process per GPU" $nproc (int $v.gpusPerNode)) }}
 {{- end }}
 {{- if $v.elastic.enabled }}
-{{- if ne $v.kind "PyTorchJob" }}
-{{- fail (printf "elastic.enabled needs kind PyTorchJob, not %s (TrainJob and IndexedJob have a fixed node count): set kind=PyTorchJob or elastic.enabled=false" $v.kind) }}
-{{- end }}
 {{- if gt (int $v.elastic.minNodes) (int $v.elastic.maxNodes) }}
-{{- fail (printf "elastic.minNodes (%v) is greater than elastic.maxNodes (%v); make minNodes <= maxNodes" $v.elastic.minNodes $v.elastic.maxNodes) }}
+{{- fail (printf "elastic.minNodes (%d) is greater than elastic.maxNodes (%d): make minNodes <= maxNodes" (int $v.elastic.minNodes) (int $v.elastic.maxNodes)) }}
 {{- end }}
-{{- if or (lt (int $v.nodes) (int $v.elastic.minNodes)) (gt (int $v.nodes) (int $v.elastic.maxNodes)) }}
-{{- fail (printf "nodes (%v) must lie between elastic.minNodes (%v) and elastic.maxNodes (%v)" $v.nodes $v.elastic.minNodes $v.elastic.maxNodes) }}
-{{- end }}
-{{- end }}
-{{- if and (eq $v.kind "TrainJob") (not (regexMatch "^[0-9]+$" $nproc)) }}
-{{- fail (printf "nprocPerNode is %q but a TrainJob (Trainer v2.2+) takes a count: set nprocPerNode to an integer" $nproc) }}
-{{- end }}
-{{- if and $v.gang.scheduler (ne $v.kind "PyTorchJob") }}
-{{- fail (printf "gang.scheduler=%s needs kind PyTorchJob (the Training Operator creates the PodGroup); for %s use kueue.queueName, or the runtime's podGroupPolicy for a TrainJob" $v.gang.scheduler $v.kind) }}
-{{- end }}
-{{- if and (not (kindIs "invalid" $v.gang.minAvailable)) $v.gang.scheduler }}
-{{- if gt (int $v.gang.minAvailable) (int $v.nodes) }}
-{{- fail (printf "gang.minAvailable (%v) is greater than nodes (%v); the gang could never start" $v.gang.minAvailable $v.nodes) }}
+{{- if or (lt $nodes (int $v.elastic.minNodes)) (gt $nodes (int $v.elastic.maxNodes)) }}
+{{- fail (printf "nodes (%d) is outside elastic.minNodes..elastic.maxNodes (%d..%d): pick a count in between, or leave nodes null" $nodes (int $v.elastic.minNodes) (int $v.elastic.maxNodes)) }}
 {{- end }}
 {{- end }}
-{{- if and $v.priorityClassName (eq $v.kind "TrainJob") }}
-{{- fail "priorityClassName cannot be set on a TrainJob (runtimePatches do not allow it): set it in the TrainingRuntime" }}
+{{- if ne $v.kind "PyTorchJob" }}
+{{- if $v.elastic.enabled }}
+{{- fail (printf "elastic.enabled is for kind PyTorchJob, not %s (its node count is fixed): set kind=PyTorchJob or elastic.enabled=false" $v.kind) }}
 {{- end }}
-{{- if and (ne $v.kind "PyTorchJob") (ne $v.restartPolicy "ExitCode") (ne $v.restartPolicy "Never") }}
-{{- fail (printf "restartPolicy %s applies to PyTorchJob replicas only; %s pods always use Never (retries come from backoffLimit)" $v.restartPolicy $v.kind) }}
+{{- if $v.gang.scheduler }}
+{{- fail (printf "gang.scheduler=%s is for kind PyTorchJob, not %s: use kueue.queueName to admit the job as a whole" $v.gang.scheduler $v.kind) }}
 {{- end }}
-{{- if and $v.checkpoints.existingClaim (not $v.checkpoints.persistence) }}
-{{- fail (printf "checkpoints.existingClaim is %q but checkpoints.persistence is false: set checkpoints.persistence=true to mount it" $v.checkpoints.existingClaim) }}
+{{- if not (kindIs "invalid" $v.cleanPodPolicy) }}
+{{- fail (printf "cleanPodPolicy is for kind PyTorchJob, not %s: leave it null" $v.kind) }}
 {{- end }}
-{{- if and $v.monitoring.podMonitor.enabled (not $v.metrics.enabled) }}
-{{- fail "monitoring.podMonitor.enabled needs metrics.enabled=true (there is nothing to scrape)" }}
 {{- end }}
-{{- with $v.config.checkpoint }}{{ if hasKey . "dir" }}
-{{- fail "config.checkpoint.dir is set by the chart (/checkpoints, the mounted volume); remove it and use checkpoints.* to choose the storage" }}
-{{- end }}{{ end }}
-{{- with $v.config.metrics }}{{ if hasKey . "port" }}
-{{- fail "config.metrics.port is set by the chart from metrics.port; remove it and set metrics.port" }}
-{{- end }}{{ end }}
+{{- if eq $v.kind "TrainJob" }}
+{{- range $key := list "restartPolicy" "backoffLimit" "ttlSecondsAfterFinished" }}
+{{- if not (kindIs "invalid" (index $v $key)) }}
+{{- fail (printf "%s cannot be set on a TrainJob (Trainer v2.3 runtimePatches have no such field): leave it null and set it in the ClusterTrainingRuntime, or use kind PyTorchJob" $key) }}
+{{- end }}
+{{- end }}
+{{- if $v.priorityClassName }}
+{{- fail "priorityClassName cannot be set on a TrainJob (Trainer v2.3 runtimePatches have no such field): set it in the ClusterTrainingRuntime, or use kind PyTorchJob" }}
+{{- end }}
+{{- if not (or $isCount (eq $nproc "auto")) }}
+{{- fail (printf "nprocPerNode %q is not valid for a TrainJob (numProcPerNode is an integer): use a count, or auto to let the runtime decide" $nproc) }}
+{{- end }}
+{{- end }}
+{{- if and (eq $v.kind "IndexedJob") (eq (toString $v.restartPolicy) "Always") }}
+{{- fail "restartPolicy Always is not valid for an IndexedJob: use ExitCode, OnFailure or Never" }}
+{{- end }}
+{{- if and $v.checkpoints.existingClaim $v.checkpoints.size }}
+{{- fail (printf "checkpoints.existingClaim (%s) and checkpoints.size (%s) are both set: mount an existing claim or create a new one, not both" $v.checkpoints.existingClaim $v.checkpoints.size) }}
+{{- end }}
+{{- if and $v.checkpoints.storageClassName (not $v.checkpoints.size) }}
+{{- fail (printf "checkpoints.storageClassName (%s) applies to a new claim only: set checkpoints.size too" $v.checkpoints.storageClassName) }}
+{{- end }}
+{{- $workload := default dict $v.config.workload }}
+{{- if and (eq (toString $workload.name) "custom") (not (and $workload.model $workload.data)) }}
+{{- fail "config.workload.name is custom but config.workload.model/data are empty: set both to 'pkg.module:factory'" }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,43 @@
+"""Small private filesystems for tests of full and read-only disks (root only)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.helpers.privileges import require_root
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def tmpfs(mountpoint: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of `size` at `mountpoint` (created), unmounted on exit even after a failure."""
+    require_root("mount", "umount", what="a test that mounts a tmpfs")
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "kddp-test", str(mountpoint))
+    try:
+        yield mountpoint
+    finally:
+        # Lazy: a process that still has a file open there must not leave the mount behind.
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
+
+
+def remount_readonly(mountpoint: Path) -> None:
+    _run("mount", "-o", "remount,ro", str(mountpoint))
+
+
+def fill(directory: Path) -> Path:
+    """Write zeros into `directory` until its filesystem is full; returns the filler file."""
+    filler = directory / "filler"
+    chunk = b"\0" * 4096
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):  # ENOSPC: full
+        while f.write(chunk):
+            pass
+    return filler

@@ -1,0 +1,60 @@
+"""Checkpoint saves that fail under a real run: a full disk and a read-only directory (private
+tmpfs mounts). checkpoint.on_save_error decides: `stop` ends the job cleanly with a non-zero
+code, `continue` trains on; either way the error names the path and the previous checkpoint
+stays intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubeddp.trainer import checkpoint as ckpt
+from tests.helpers import checkpoints as ck
+from tests.helpers import mounts, procs, workloads
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def test_full_disk_with_on_save_error_stop_ends_cleanly(tmp_path: Path) -> None:
+    with mounts.tmpfs(tmp_path / "disk", size="2m") as disk:
+        ckpt_dir = disk / "ckpts"
+        argv = ck.scenario_argv(
+            ckpt_dir, "checkpoint.on_save_error=stop", "train.record_sample_ids=false"
+        )
+        slow = procs.child_env({workloads.DELAY_ENV: "0.01"})  # ~0.8 s between two saves
+        with procs.started(argv, tmp_path / "full.log", slow) as run:
+            first = ckpt_dir / f"ckpt-{ck.SAVE_EVERY:08d}" / ckpt.MARKER
+            procs.wait_until(first.exists, 120, "the first checkpoint", run)
+            mounts.fill(disk)
+            code = run.wait(120)
+        log = run.output()
+        assert code == 1, run.tail()
+        failed = f"cannot write checkpoint {ckpt_dir / f'ckpt-{2 * ck.SAVE_EVERY:08d}'}"
+        assert failed in log and "No space left on device" in log, run.tail()
+        assert "checkpoint.on_save_error=stop" in log
+        assert "Traceback" not in log, "a full disk is an expected error, not a crash"
+        assert ck.steps(ckpt_dir) == [ck.SAVE_EVERY], "the previous checkpoint must remain"
+        assert ck.newest_state(ckpt_dir)["step"] == ck.SAVE_EVERY
+        assert not [p for p in ckpt_dir.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_read_only_directory_with_on_save_error_continue_trains_on(tmp_path: Path) -> None:
+    with mounts.tmpfs(tmp_path / "ro") as ro:
+        (ro / "ckpts").mkdir()
+        mounts.remount_readonly(ro)
+        argv = procs.kubeddp_argv(
+            "train", "--nproc", "1",
+            "--set", "workload.name=regression",
+            "--set", "train.max_steps=12",
+            "--set", f"checkpoint.dir={ro / 'ckpts'}",
+            "--set", "checkpoint.every_steps=5",
+            "--set", "checkpoint.on_save_error=continue",
+            "--set", "metrics.enabled=false",
+        )  # fmt: skip
+        done = procs.run(argv, tmp_path / "ro.log", timeout=120)
+    assert done.code == 0, done.output[-4000:]
+    for step in (5, 10, 12):
+        line = f"cannot write checkpoint {ro / 'ckpts' / f'ckpt-{step:08d}'}: Read-only file system"
+        assert line in done.output, done.output[-4000:]
+    assert "done: 12 steps" in done.output

@@ -1,0 +1,298 @@
+"""The per-pod /metrics endpoint during real 2-process `kubeddp train` runs (gloo, CPU).
+
+Scrapes with urllib and parses with prometheus_client's text parser; a worker is killed with
+SIGKILL to prove counters survive torchrun restarts; a real Prometheus server scrapes a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+KUBEDDP = REPO / ".venv" / "bin" / "kubeddp"
+README_TABLE = REPO / "docs" / "readme" / "metrics.md"
+LOG_STEP = re.compile(r"^step (\d+)/(\d+) \|", re.MULTILINE)
+METRICS_URL = re.compile(r"\[kubeddp\] metrics: (http://\S+/metrics)")
+COUNTERS = ("kubeddp_samples_total", "kubeddp_data_wait_seconds_total")
+
+
+def readme_metric_names() -> list[str]:
+    """Metric names in the first table of docs/readme/metrics.md (what /metrics must serve)."""
+    names: list[str] = []
+    in_table = False
+    for line in README_TABLE.read_text().splitlines():
+        row = re.match(r"^\| `(kubeddp_[a-z0-9_]+)` \|", line)
+        if row:
+            names.append(row.group(1))
+            in_table = True
+        elif in_table and not line.startswith("|"):
+            break
+    assert len(names) >= 14, f"README metrics table not found in {README_TABLE}"
+    return names
+
+
+Scrape = dict[str, list[tuple[str, dict[str, str], float]]]  # family -> samples
+
+
+def scrape(url: str) -> Scrape:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: Scrape = {}
+    for family in text_string_to_metric_families(text):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        out[name] = [(s.name, dict(s.labels), s.value) for s in family.samples]
+    return out
+
+
+def value(snapshot: Scrape, sample: str, **labels: str) -> float:
+    for family in snapshot.values():
+        for name, sample_labels, val in family:
+            if name == sample and sample_labels == labels:
+                return val
+    raise KeyError(f"{sample}{labels} not in the scrape; it has {sorted(snapshot)}")
+
+
+def step_of(snapshot: Scrape) -> float:
+    # A "mostrecent" gauge no process has set yet is served as a family without samples.
+    steps = [val for name, _, val in snapshot.get("kubeddp_step", []) if name == "kubeddp_step"]
+    return steps[0] if steps else 0.0
+
+
+def counter_values(snapshot: Scrape) -> dict[tuple, float]:
+    """Every sample that must never decrease: counters and histogram buckets/sums/counts."""
+    out = {}
+    for family, samples in snapshot.items():
+        if family.endswith("_total") or family.endswith("_seconds"):
+            for name, labels, val in samples:
+                if family.endswith("_total") or name.endswith(("_bucket", "_sum", "_count")):
+                    out[(name, tuple(sorted(labels.items())))] = val
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen
+    log: Path
+    url: str = ""
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.proc.poll() is not None and text not in self.output():
+                raise AssertionError(
+                    f"run exited ({self.proc.returncode}) before {text!r}:\n"
+                    + self.output()[-3000:]
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout}s:\n" + self.output()[-3000:])
+            time.sleep(0.1)
+
+    def logged_steps(self) -> list[int]:
+        return [int(m.group(1)) for m in LOG_STEP.finditer(self.output())]
+
+    def worker_pids(self) -> list[int]:
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        return [int(pid) for pid in children.split()]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@contextmanager
+def training_run(
+    tmp_path: Path, epochs: int, *, max_restarts: int = 0, linger: float = 0
+) -> Iterator[Run]:
+    log = tmp_path / "train.log"
+    cmd = [
+        str(KUBEDDP), "train", "--nproc", "2", "--max-restarts", str(max_restarts),
+        "--set", "workload.name=regression",
+        "--set", f"train.epochs={epochs}",
+        "--set", "train.log_every=10",
+        "--set", "metrics.port=0",
+        "--set", f"checkpoint.dir={tmp_path / 'ckpt'}",
+    ]  # fmt: skip
+    env = {**os.environ, "KUBEDDP_METRICS_LINGER_SECONDS": str(linger), "PYTHONUNBUFFERED": "1"}
+    for name in ("KUBEDDP_METRICS_PORT", "KUBEDDP_METRICS_BIND", "PROMETHEUS_MULTIPROC_DIR"):
+        env.pop(name, None)
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+            start_new_session=True,
+        )  # fmt: skip
+    run = Run(proc, log)
+    try:
+        run.wait_for("[kubeddp] metrics: http://", timeout=60)
+        run.url = METRICS_URL.search(run.output()).group(1)
+        yield run
+    finally:
+        kill_group(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
+    expected = readme_metric_names()
+    with training_run(tmp_path, epochs=12, linger=20) as run:
+        assert run.url.startswith("http://127.0.0.1:")
+        scrapes: list[Scrape] = []
+        while "[kubeddp] metrics: serving" not in run.output():
+            assert run.proc.poll() is None, run.output()[-3000:]
+            scrapes.append(scrape(run.url))
+            time.sleep(0.2)
+        final = scrape(run.url)  # workers have exited; the values are their last ones
+        logged = run.logged_steps()
+        assert run.proc.wait(timeout=60) == 0, run.output()[-3000:]
+
+    total_steps = int(LOG_STEP.search(run.output()).group(2))
+    assert logged[-1] == total_steps
+    assert value(final, "kubeddp_step") == total_steps
+    assert value(final, "kubeddp_epoch") == 11
+    assert value(final, "kubeddp_world_size") == 2
+    samples = value(final, "kubeddp_samples_total")
+    # 2 ranks x batch 32 per step; each epoch's last step may be short.
+    assert 64 * (total_steps - 12) < samples <= 64 * total_steps
+    assert value(final, "kubeddp_worker_restarts_total") == 0
+    assert value(final, "kubeddp_step_duration_seconds_count", rank="0") == total_steps
+    assert value(final, "kubeddp_step_duration_seconds_count", rank="1") == total_steps
+    assert value(final, "kubeddp_last_checkpoint_timestamp_seconds") > 0
+    assert value(final, "kubeddp_gpu_memory_allocated_bytes", rank="0") == 0  # CPU
+    info = final["kubeddp_info"][0][1]
+    assert info["backend"] == "gloo" and info["rdzv_source"] == "standalone"
+
+    mid_run = [s for s in scrapes if step_of(s) > 0]
+    assert len(mid_run) >= 3, "too few scrapes saw training"
+    seen_samples = [value(s, "kubeddp_samples_total") for s in mid_run]
+    assert seen_samples == sorted(seen_samples) and seen_samples[-1] > seen_samples[0]
+    steps = [value(s, "kubeddp_step") for s in mid_run]
+    assert steps == sorted(steps) and steps[-1] <= total_steps
+    for snapshot in [*mid_run, final]:
+        missing = [name for name in expected if not snapshot.get(name)]
+        assert not missing, f"metrics in the README table but not served: {missing}"
+        for samples_of_family in snapshot.values():
+            for name, labels, _ in samples_of_family:
+                assert "pid" not in labels, f"{name} has a pid label: {labels}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_counters_survive_a_killed_worker(tmp_path: Path) -> None:
+    with training_run(tmp_path, epochs=25, max_restarts=1, linger=20) as run:
+        scrapes: list[Scrape] = []
+        while not scrapes or step_of(scrapes[-1]) < 150:
+            assert run.proc.poll() is None, run.output()[-3000:]
+            scrapes.append(scrape(run.url))
+            time.sleep(0.2)
+        assert value(scrapes[-1], "kubeddp_worker_restarts_total") == 0
+        victims = run.worker_pids()
+        assert len(victims) == 2, f"expected 2 workers under launch, got {victims}"
+        os.kill(victims[1], signal.SIGKILL)
+        while "[kubeddp] metrics: serving" not in run.output():
+            assert run.proc.poll() is None, run.output()[-3000:]
+            scrapes.append(scrape(run.url))
+            time.sleep(0.2)
+        scrapes.append(scrape(run.url))
+        assert run.proc.wait(timeout=60) == 0, run.output()[-3000:]
+
+    assert "resumed from" in run.output()
+    assert value(scrapes[-1], "kubeddp_worker_restarts_total") == 1
+    restarts = [value(s, "kubeddp_worker_restarts_total") for s in scrapes if s]
+    assert restarts == sorted(restarts)
+    previous = counter_values(scrapes[0])
+    for snapshot in scrapes[1:]:
+        current = counter_values(snapshot)
+        for key, before in previous.items():
+            assert current[key] >= before, f"{key} went from {before} to {current[key]}"
+        previous = current
+    # The work done before the kill is still counted after it.
+    total_steps = int(LOG_STEP.search(run.output()).group(2))
+    assert value(scrapes[-1], "kubeddp_step") == total_steps
+    assert value(scrapes[-1], "kubeddp_step_duration_seconds_count", rank="0") >= total_steps
+
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def prometheus_query(base: str, query: str) -> list[dict]:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus package")
+def test_prometheus_server_scrapes_a_run(tmp_path: Path) -> None:
+    with training_run(tmp_path, epochs=60, linger=5) as run:
+        target = run.url.removeprefix("http://").removesuffix("/metrics")
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            f"  - job_name: kubeddp\n    static_configs: [{{targets: ['{target}']}}]\n"
+        )
+        web = f"127.0.0.1:{free_port()}"
+        server_log = (tmp_path / "prometheus.log").open("wb")
+        server = subprocess.Popen(
+            [
+                PROMETHEUS, f"--config.file={config}", f"--web.listen-address={web}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            ],
+            stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            rate: list[dict] = []
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                assert server.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
+                try:
+                    rate = prometheus_query(
+                        f"http://{web}", 'rate(kubeddp_samples_total{job="kubeddp"}[15s])'
+                    )
+                except OSError:
+                    rate = []  # not listening yet
+                if rate and float(rate[0]["value"][1]) > 0:
+                    break
+                assert run.proc.poll() is None, "training ended before Prometheus saw it"
+                time.sleep(1)
+            assert rate and float(rate[0]["value"][1]) > 0, rate
+            up = prometheus_query(f"http://{web}", 'up{job="kubeddp"}')
+            assert float(up[0]["value"][1]) == 1
+            quantile = prometheus_query(
+                f"http://{web}",
+                "histogram_quantile(0.5, sum by (rank, le) "
+                "(rate(kubeddp_step_duration_seconds_bucket[15s])))",
+            )
+            assert {r["metric"]["rank"] for r in quantile} == {"0", "1"}
+        finally:
+            kill_group(server)
+            server_log.close()

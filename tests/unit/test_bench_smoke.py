@@ -1,0 +1,53 @@
+"""The bench machinery on a tiny size, so `make bench` does not rot between releases.
+
+No timing is asserted: only that each piece runs and produces well-formed ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kubeddp.trainer.workloads.charlm import VOCAB_SIZE, CharGPT
+from tests.bench.common import REPO_ROOT
+from tests.bench.gpu import charlm_train_flops_per_token, measure_matmul_peak
+
+
+def test_flops_formula_counts_every_matmul_weight_of_the_real_model() -> None:
+    n_layer, n_embd, seq_len = 2, 64, 32
+    model = CharGPT(VOCAB_SIZE, seq_len, n_layer, 4, n_embd, 0.0)
+    linear_weights = sum(
+        m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    attention = 4 * n_layer * seq_len * n_embd  # scores + weighted sum, forward, per token
+    expected = 3 * (2 * linear_weights + attention)
+    assert charlm_train_flops_per_token(n_layer, n_embd, seq_len, VOCAB_SIZE) == expected
+
+
+def test_matmul_peak_runs_on_cpu() -> None:
+    peak = measure_matmul_peak(torch.device("cpu"), torch.float32, n=64, iters=2)
+    assert math.isfinite(peak) and peak > 0
+
+
+@pytest.mark.timeout(300)
+def test_tiny_overhead_run_writes_a_report(tmp_path) -> None:
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "tests.bench.run", "--tiny", "--only", "overhead"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=280
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    rows = report["rows"]
+    assert [row["section"] for row in rows] == ["overhead", "overhead"], rows
+    for row in rows:
+        assert row["ratio"] is not None, row["note"]
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+    table = (out / "report.md").read_text()
+    assert "| section | benchmark | ratio |" in table
+    assert "kubeddp / hand-written DDP loop" in table

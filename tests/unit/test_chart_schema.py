@@ -1,0 +1,283 @@
+"""Bad chart values are refused by real Helm before anything reaches a cluster:
+values.schema.json rejects a wrong type, an unknown key or a bad name, and every `fail` rule in
+templates/_validate.tpl (values that contradict each other) fires with a message that names
+the value and the fix."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "kubeddp"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@functools.cache
+def chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+def render_error(values: dict[str, Any], release: str = "demo") -> str:
+    with pytest.raises(helm.HelmError) as caught:
+        chart().render(values, name=release, namespace="ml")
+    return str(caught.value)
+
+
+SCHEMA_REJECTS = {
+    # case: (values, texts the message must contain)
+    "wrong type": ({"nodes": "two"}, ["/nodes", "got string, want null or integer"]),
+    "unknown key": ({"node": 2}, ["additional properties 'node' not allowed"]),
+    "unknown nested key": (
+        {"elastic": {"enabled": True, "minNode": 1}},
+        ["/elastic", "'minNode' not allowed"],
+    ),
+    "bad job name": (
+        {"fullnameOverride": "My_Job"},
+        ["/fullnameOverride", "'My_Job' does not match pattern"],
+    ),
+    "job name too long": (
+        {"fullnameOverride": "a" * 41},
+        ["/fullnameOverride", "maxLength: got 41, want 40"],
+    ),
+    "unknown kind": ({"kind": "MPIJob"}, ["/kind", "'PyTorchJob', 'TrainJob', 'IndexedJob'"]),
+    "bad pull policy": ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy"]),
+    "bad nproc word": ({"nprocPerNode": "many"}, ["/nprocPerNode", "'many'"]),
+    "zero nproc": ({"nprocPerNode": 0}, ["/nprocPerNode"]),
+    "negative gpus": ({"gpusPerNode": -1}, ["/gpusPerNode", "minimum"]),
+    "bad quantity": ({"shmSize": "lots"}, ["/shmSize", "'lots' does not match pattern"]),
+    "bad resource quantity": (
+        {"resources": {"requests": {"cpu": "4 cores"}}},
+        ["/resources/requests/cpu"],
+    ),
+    "bad restart policy": ({"restartPolicy": "Sometimes"}, ["/restartPolicy", "'ExitCode'"]),
+    "bad gang scheduler": ({"gang": {"scheduler": "yunikorn"}}, ["/gang/scheduler"]),
+    "bad queue name": ({"kueue": {"queueName": "Team A"}}, ["/kueue/queueName"]),
+    "toleration typo": ({"tolerations": [{"keyy": "a"}]}, ["/tolerations/0", "'keyy' not allowed"]),
+    "affinity typo": ({"affinity": {"nodeAfinity": {}}}, ["/affinity", "'nodeAfinity'"]),
+    "security context type": (
+        {"securityContext": {"runAsUser": "root"}},
+        ["/securityContext/runAsUser"],
+    ),
+    "trainer config typo": (
+        {"config": {"train": {"lrr": 0.1}}},
+        ["/config/train", "'lrr' not allowed"],
+    ),
+    "trainer config type": (
+        {"config": {"train": {"epochs": "3"}}},
+        ["/config/train/epochs", "got string, want integer"],
+    ),
+    "trainer config choice": (
+        {"config": {"ddp": {"backend": "mpi"}}},
+        ["/config/ddp/backend", "'nccl'"],
+    ),
+    "trainer config minimum": (
+        {"config": {"train": {"batch_size": 0}}},
+        ["/config/train/batch_size", "minimum"],
+    ),
+    "bad env name": ({"env": {"1X": "a"}}, ["'1X' does not match pattern"]),
+    "env value not a string": ({"env": {"A": 1}}, ["/env/A", "got number, want string"]),
+    "bad podmonitor label": (
+        {"monitoring": {"podMonitor": {"labels": {"release": "a b"}}}},
+        ["/monitoring/podMonitor/labels/release"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SCHEMA_REJECTS)
+def test_schema_rejects_bad_values(case: str) -> None:
+    values, texts = SCHEMA_REJECTS[case]
+    message = render_error(values)
+    assert "values don't meet the specifications of the schema" in message
+    for text in texts:
+        assert text in message, f"{text!r} not in {message!r}"
+
+
+FAIL_RULES = {
+    # case: (values, release name, pattern of the message)
+    "job name from release": ({}, "9lives", r'job name "9lives-kubeddp" is not a DNS-1035'),
+    "job name too long": ({}, "a" * 45, r"at most 40 characters"),
+    "nodes < 1": ({"nodes": 0}, "demo", r"nodes is 0; a job needs at least 1 node"),
+    "more processes than GPUs": (
+        {"gpusPerNode": 2, "nprocPerNode": 4},
+        "demo",
+        r"nprocPerNode is 4 but gpusPerNode is 2",
+    ),
+    "elastic min > max": (
+        {"elastic": {"enabled": True, "minNodes": 4, "maxNodes": 2}},
+        "demo",
+        r"elastic.minNodes \(4\) is greater than elastic.maxNodes \(2\)",
+    ),
+    "nodes outside elastic": (
+        {"nodes": 5, "elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4}},
+        "demo",
+        r"nodes \(5\) is outside elastic.minNodes..elastic.maxNodes",
+    ),
+    "elastic with TrainJob": (
+        {"kind": "TrainJob", "elastic": {"enabled": True}},
+        "demo",
+        r"elastic.enabled is for kind PyTorchJob, not TrainJob",
+    ),
+    "elastic with IndexedJob": (
+        {"kind": "IndexedJob", "elastic": {"enabled": True}},
+        "demo",
+        r"elastic.enabled is for kind PyTorchJob, not IndexedJob",
+    ),
+    "gang with IndexedJob": (
+        {"kind": "IndexedJob", "gang": {"scheduler": "volcano"}},
+        "demo",
+        r"gang.scheduler=volcano is for kind PyTorchJob",
+    ),
+    "cleanPodPolicy with TrainJob": (
+        {"kind": "TrainJob", "cleanPodPolicy": "All"},
+        "demo",
+        r"cleanPodPolicy is for kind PyTorchJob, not TrainJob",
+    ),
+    "restartPolicy with TrainJob": (
+        {"kind": "TrainJob", "restartPolicy": "Never"},
+        "demo",
+        r"restartPolicy cannot be set on a TrainJob",
+    ),
+    "backoffLimit with TrainJob": (
+        {"kind": "TrainJob", "backoffLimit": 1},
+        "demo",
+        r"backoffLimit cannot be set on a TrainJob",
+    ),
+    "ttl with TrainJob": (
+        {"kind": "TrainJob", "ttlSecondsAfterFinished": 60},
+        "demo",
+        r"ttlSecondsAfterFinished cannot be set on a TrainJob",
+    ),
+    "priorityClass with TrainJob": (
+        {"kind": "TrainJob", "priorityClassName": "high"},
+        "demo",
+        r"priorityClassName cannot be set on a TrainJob",
+    ),
+    "nproc word with TrainJob": (
+        {"kind": "TrainJob", "nprocPerNode": "gpu"},
+        "demo",
+        r'nprocPerNode "gpu" is not valid for a TrainJob',
+    ),
+    "Always with IndexedJob": (
+        {"kind": "IndexedJob", "restartPolicy": "Always"},
+        "demo",
+        r"restartPolicy Always is not valid for an IndexedJob",
+    ),
+    "claim and size": (
+        {"checkpoints": {"existingClaim": "ckpt", "size": "10Gi"}},
+        "demo",
+        r"checkpoints.existingClaim \(ckpt\) and checkpoints.size \(10Gi\)",
+    ),
+    "storage class without size": (
+        {"checkpoints": {"storageClassName": "fast"}},
+        "demo",
+        r"checkpoints.storageClassName \(fast\) applies to a new",
+    ),
+    "custom workload without factories": (
+        {"config": {"workload": {"name": "custom"}}},
+        "demo",
+        r"config.workload.name is custom but",
+    ),
+}
+
+
+@functools.cache
+def fail_message(case: str) -> str:
+    values, release, _ = FAIL_RULES[case]
+    return render_error(values, release)
+
+
+@pytest.mark.parametrize("case", FAIL_RULES)
+def test_fail_rule_fires(case: str) -> None:
+    pattern = FAIL_RULES[case][2]
+    message = fail_message(case)
+    assert re.search(pattern, message), f"{pattern!r} not in {message!r}"
+    assert "values don't meet" not in message  # the template rule, not the schema
+
+
+def template_fail_messages() -> list[str]:
+    """The message of every `fail` in the templates, as written (printf verbs included)."""
+    texts = [path.read_text() for path in (CHART / "templates").rglob("*") if path.is_file()]
+    return [
+        m.group(1)
+        for text in texts
+        for m in re.finditer(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', text)
+    ]
+
+
+def test_every_fail_rule_is_tested() -> None:
+    produced = [fail_message(case) for case in FAIL_RULES]
+    produced.append(dashboard_error_message())
+    untested = []
+    for template in template_fail_messages():
+        literal = template.replace('\\"', '"')
+        pattern = ".*?".join(re.escape(part) for part in re.split(r"%[sdvq]", literal))
+        if not any(re.search(pattern, message) for message in produced):
+            untested.append(template)
+    assert len(template_fail_messages()) >= 15
+    assert untested == []
+
+
+def test_valid_values_still_render() -> None:
+    """The rules are not over-eager: the boundary cases pass."""
+    ok = [
+        {"nodes": 4, "elastic": {"enabled": True, "minNodes": 4, "maxNodes": 4}},
+        {"gpusPerNode": 2, "nprocPerNode": 2},
+        {"kind": "TrainJob", "nprocPerNode": "auto"},
+        {"kind": "IndexedJob", "restartPolicy": "OnFailure"},
+        {"checkpoints": {"size": "1Gi", "storageClassName": "fast"}},
+        {"config": {"workload": {"name": "custom", "model": "m:f", "data": "d:f"}}},
+    ]
+    for values in ok:
+        assert chart().render(values, name="demo", namespace="ml")
+
+
+def chart_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "kubeddp"
+    shutil.copytree(CHART, copy)
+    for stale in (copy / "dashboards").glob("*.json"):
+        stale.unlink()
+    return copy
+
+
+def dashboard_error_message() -> str:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        helm.Chart.load(chart_copy(Path(tmp))) as bare,
+        pytest.raises(helm.HelmError) as caught,
+    ):
+        bare.render({"monitoring": {"dashboard": {"enabled": True}}}, name="demo")
+    return str(caught.value)
+
+
+def test_dashboard_needs_a_json_file() -> None:
+    assert "no dashboards/*.json" in dashboard_error_message()
+
+
+def test_dashboard_configmap_carries_the_json_for_the_grafana_sidecar(tmp_path: Path) -> None:
+    copy = chart_copy(tmp_path)
+    dashboard = {"title": "kubeddp test", "panels": [{"type": "timeseries", "id": 1}]}
+    (copy / "dashboards" / "kubeddp-test.json").write_text(json.dumps(dashboard, indent=2))
+    values = {"monitoring": {"dashboard": {"enabled": True, "labels": {"team": "ml"}}}}
+    with helm.Chart.load(copy) as chart_with_json:
+        rendered = chart_with_json.render(values, name="demo", namespace="ml")
+    (config_map,) = [
+        doc
+        for path, text in rendered.items()
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc and doc["metadata"]["name"] == "demo-kubeddp-dashboard"
+    ]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["labels"]["team"] == "ml"
+    assert json.loads(config_map["data"]["kubeddp-test.json"]) == dashboard

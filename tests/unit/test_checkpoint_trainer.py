@@ -1,0 +1,102 @@
+"""The Trainer's checkpoint contract in one process (no process group): what a checkpoint holds,
+which one `checkpoint.resume` picks, and the refusals. Multi-process behaviour (kills,
+SIGTERM, restarts, nodes) is in tests/integration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kubeddp.trainer import checkpoint as ckpt
+from kubeddp.trainer.config import load_config
+from kubeddp.trainer.distributed import DistContext
+from kubeddp.trainer.loop import Trainer
+
+pytestmark = pytest.mark.timeout(120)
+
+CPU = DistContext(0, 0, 1, 1, torch.device("cpu"), "gloo")
+
+
+def _trainer(ckpt_dir: Path, *overrides: str) -> Trainer:
+    cfg = load_config(
+        None,
+        [
+            "workload.name=regression",
+            "workload.samples=400",
+            "train.batch_size=30",
+            "train.max_steps=8",
+            "train.log_every=100",
+            "train.record_sample_ids=true",
+            f"checkpoint.dir={ckpt_dir}",
+            "checkpoint.every_steps=4",
+            "checkpoint.async_save=false",
+            "metrics.enabled=false",
+            *overrides,
+        ],
+    )
+    return Trainer(cfg, CPU)
+
+
+def _fit(trainer: Trainer) -> int:
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def test_a_checkpoint_holds_the_full_training_state(tmp_path: Path) -> None:
+    assert _fit(_trainer(tmp_path)) == 0
+    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [8, 4]
+    state = ckpt.load_state(ckpt.list_checkpoints(tmp_path)[0])
+    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "config", "config_hash"):
+        assert key in state, key
+    assert (state["step"], state["epoch"], state["world_size"]) == (8, 0, 1)
+    assert state["consumed"] == 8 * 30
+    assert state["model_hash"] and "workload:" in state["config"]
+    assert state["optimizer"]["state"], "AdamW moments must be saved"
+    assert len(state["sample_record"][0][0]) == 8 * 30
+
+
+def test_resume_auto_continues_from_the_newest(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path))
+    again = _trainer(tmp_path, "train.max_steps=12")
+    again.resume()
+    assert (again.step, again.consumed) == (8, 240)
+    assert again.optimizer.state_dict()["state"], "optimizer moments restored"
+    again.close()
+
+
+def test_resume_may_name_one_checkpoint(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path / "run"))
+    older = tmp_path / "run" / "ckpt-00000004"
+    trainer = _trainer(tmp_path / "new", f"checkpoint.resume={older}")
+    trainer.resume()
+    assert trainer.step == 4
+    trainer.close()
+
+
+def test_resume_path_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    trainer = _trainer(tmp_path / "new", f"checkpoint.resume={empty}")
+    with pytest.raises(ckpt.CheckpointError, match="holds no readable checkpoint"):
+        trainer.resume()
+    trainer.close()
+
+
+def test_another_model_is_refused_unless_weights_only(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path))
+    other = _trainer(tmp_path, "workload.hidden_dim=32")
+    with pytest.raises(ckpt.CheckpointError, match="written for another model") as err:
+        other.resume()
+    assert "\n" not in str(err.value) and "checkpoint.weights_only=true" in str(err.value)
+    other.close()
+    # Same shapes except the input layer: the three tensors that fit are loaded.
+    partial = _trainer(tmp_path, "workload.input_dim=10", "checkpoint.weights_only=true")
+    partial.resume()
+    assert partial.step == 0
+    saved = ckpt.load_state(ckpt.list_checkpoints(tmp_path)[0])["model"]
+    assert torch.equal(partial.raw_model.state_dict()["2.weight"], saved["2.weight"])
+    partial.close()

@@ -1,0 +1,442 @@
+"""Contract tests of the cluster commands: a stdlib HTTP server on 127.0.0.1 answers the
+Kubernetes REST paths the official client calls. They check the request shape (method, path,
+query, body, token) and the one-line errors (CRD missing, forbidden, no kubeconfig). They do not
+prove behaviour against a real API server (the kind CI job does that)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+import yaml
+
+from kubeddp.tools.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / ".." / "shared" / "reference" / "crds"
+TOKEN = "contract-test-token"
+NS = "team"
+PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
+TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details or {},
+        "code": code,
+    }
+
+
+class FakeApiServer:
+    """Routes (method, path) -> (status, body); records every request."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], tuple[int, object]] = {}
+        self.requests: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                url = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                fake.requests.append(
+                    {
+                        "method": self.command,
+                        "path": url.path,
+                        "query": dict(parse_qsl(url.query)),
+                        "body": json.loads(raw) if raw else None,
+                        "authorization": self.headers.get("Authorization"),
+                    }
+                )
+                status, body = fake.routes.get(
+                    (self.command, url.path), (404, "404 page not found")
+                )
+                if callable(body):
+                    body = body()
+                if isinstance(body, (dict, list)):
+                    data, ctype = json.dumps(body).encode(), "application/json"
+                else:
+                    data, ctype = str(body).encode(), "text/plain"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
+        self.routes[(method, path)] = (status, {} if body is None else body)
+
+    def calls(self, method: str | None = None) -> list[dict]:
+        return [r for r in self.requests if method is None or r["method"] == method]
+
+
+@pytest.fixture
+def api(tmp_path, monkeypatch):
+    server = FakeApiServer()
+    server.thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "c", "cluster": {"server": server.url}}],
+                "users": [{"name": "u", "user": {"token": TOKEN}}],
+                "contexts": [
+                    {"name": "test", "context": {"cluster": "c", "user": "u", "namespace": NS}}
+                ],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    try:
+        yield server
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
+    api.route("POST", CONFIGMAPS, 201, lambda: api.calls("POST")[-1]["body"])
+    api.route("POST", PYTORCHJOBS, 201, lambda: api.calls("POST")[-1]["body"])
+    code, out, err = run(
+        [
+            "submit",
+            "pytorchjob",
+            "--name",
+            "demo",
+            "--nodes",
+            "2",
+            "--dry-run",
+            "server",
+            "--validate-against",
+            "offline",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    posts = api.calls("POST")
+    assert [p["path"] for p in posts] == [CONFIGMAPS, PYTORCHJOBS]
+    assert all(p["query"] == {"dryRun": "All"} for p in posts)
+    assert all(p["authorization"] == f"Bearer {TOKEN}" for p in api.requests)
+    assert posts[1]["body"]["kind"] == "PyTorchJob"
+    assert posts[1]["body"]["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    assert "pytorchjob/demo created in team (server dry run)" in out
+
+
+def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
+    api.route("POST", CONFIGMAPS, 201)
+    api.route("POST", TRAINJOBS, 201)
+    code, _, err = run(
+        ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"], capsys
+    )
+    assert code == 0, err
+    assert [p["query"] for p in api.calls("POST")] == [{}, {}]
+
+
+@pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
+def test_validation_reads_the_crd_from_the_cluster(api, capsys):
+    text = (CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml").read_text()
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    api.route("GET", CRD_PATH + "pytorchjobs.kubeflow.org", 200, crd)
+    code, out, err = run(["render", "pytorchjob", "--validate-against", "cluster"], capsys)
+    assert code == 0, err
+    assert "kind: PyTorchJob" in out
+    assert [r["path"] for r in api.requests] == [CRD_PATH + "pytorchjobs.kubeflow.org"]
+
+
+def test_missing_crd_for_validation_is_named_with_install_command(api, capsys):
+    api.route(
+        "GET",
+        CRD_PATH + "trainjobs.trainer.kubeflow.org",
+        404,
+        status_body(404, "NotFound", "not found", {"name": "trainjobs.trainer.kubeflow.org"}),
+    )
+    code, _, err = run(["render", "trainjob", "--validate-against", "cluster"], capsys)
+    assert code == 1
+    assert "trainjobs.trainer.kubeflow.org is not installed" in err
+    assert "manifests/overlays/manager?ref=v2.3.0" in err
+
+
+def test_missing_pytorchjob_crd_on_submit_says_install_training_operator(api, capsys):
+    api.route("POST", CONFIGMAPS, 201)  # PyTorchJobs: the default plain "404 page not found"
+    code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert "install the Kubeflow training operator" in line
+    assert "kubectl apply --server-side -k" in line and "ref=v1.9.4" in line
+
+
+def test_missing_trainjob_crd_on_submit_says_install_trainer(api, capsys):
+    api.route("POST", CONFIGMAPS, 201)
+    code, _, err = run(["submit", "trainjob", "--validate-against", "offline"], capsys)
+    assert code == 1
+    assert "Kubeflow Trainer v2.3.0" in err and "overlays/runtimes?ref=v2.3.0" in err
+
+
+def test_forbidden_names_verb_resource_and_rbac_file(api, capsys):
+    api.route(
+        "POST",
+        CONFIGMAPS,
+        403,
+        status_body(
+            403,
+            "Forbidden",
+            'configmaps is forbidden: User "bob" cannot create resource',
+            {"kind": "configmaps"},
+        ),
+    )
+    code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert "forbidden: cannot create configmaps in namespace 'team'" in line
+    assert "k8s/rbac.yaml" in line
+
+
+def test_already_exists_says_delete_first(api, capsys):
+    api.route(
+        "POST",
+        CONFIGMAPS,
+        409,
+        status_body(409, "AlreadyExists", "exists", {"name": "kubeddp-config"}),
+    )
+    code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
+    assert code == 1 and "already exists" in err and "kubeddp delete" in err
+
+
+def test_no_kubeconfig_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, _, err = run(["status", "demo"], capsys)
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert "no Kubernetes credentials" in line and "--kubeconfig" in line
+
+
+def test_explicit_kubeconfig_that_does_not_exist(tmp_path, capsys):
+    code, _, err = run(["status", "demo", "--kubeconfig", str(tmp_path / "nope")], capsys)
+    assert code == 1 and "no kubeconfig at" in err
+
+
+def test_submit_file_uses_the_documents_namespace(api, tmp_path, capsys):
+    api.route("POST", "/api/v1/namespaces/other/configmaps", 201)
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "other"},
+            }
+        )
+    )
+    code, _, err = run(["submit", "-f", str(path), "--validate-against", "offline"], capsys)
+    assert code == 0, err
+    assert api.calls("POST")[0]["body"]["metadata"]["name"] == "x"
+
+
+def test_submit_refuses_an_invalid_file_before_sending(api, tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"n": 1}}
+        )
+    )
+    code, _, err = run(["submit", "-f", str(path), "--validate-against", "offline"], capsys)
+    assert code == 2 and "data.n" in err
+    assert api.requests == []
+
+
+PYTORCHJOB_STATUS = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "demo"},
+    "status": {
+        "conditions": [
+            {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "ok"},
+            {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"},
+        ],
+        "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1, "failed": 0}},
+    },
+}
+PODS_LIST = {
+    "kind": "PodList",
+    "items": [
+        {
+            "metadata": {"name": "demo-master-0"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 0}]},
+        },
+        {
+            "metadata": {"name": "demo-worker-0"},
+            "spec": {"nodeName": "n2"},
+            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 2}]},
+        },
+    ],
+}
+
+
+def test_status_prints_conditions_replicas_and_restarts(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    api.route("GET", PODS, 200, PODS_LIST)
+    code, out, err = run(["status", "demo"], capsys)
+    assert code == 0, err
+    assert "PyTorchJob team/demo: Running" in out
+    assert "Running=True PyTorchJobRunning" in out
+    assert "Worker: active=1, failed=0" in out
+    assert "demo-worker-0: Running, restarts=2, node=n2" in out
+    pod_query = api.calls("GET")[-1]["query"]
+    assert pod_query == {"labelSelector": "training.kubeflow.org/job-name=demo"}
+
+
+def test_status_of_a_missing_job(api, capsys):
+    api.route(
+        "GET",
+        f"{PYTORCHJOBS}/nope",
+        404,
+        status_body(
+            404,
+            "NotFound",
+            'pytorchjobs.kubeflow.org "nope" not found',
+            {"name": "nope", "group": "kubeflow.org", "kind": "pytorchjobs"},
+        ),
+    )
+    code, _, err = run(["status", "nope"], capsys)
+    assert code == 1 and "'nope' not found in namespace 'team'" in err
+
+
+@pytest.mark.parametrize(("condition", "exit_code"), [("Succeeded", 0), ("Failed", 1)])
+def test_wait_exit_codes(api, capsys, condition, exit_code):
+    job = {
+        "status": {
+            "conditions": [
+                {"type": "Running", "status": "False"},
+                {"type": condition, "status": "True"},
+            ]
+        }
+    }
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, job)
+    code, out, _ = run(["wait", "demo", "--timeout", "5", "--interval", "0.05"], capsys)
+    assert code == exit_code and condition in out
+
+
+def test_wait_times_out_with_124(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    code, out, _ = run(["wait", "demo", "--timeout", "0.2", "--interval", "0.05"], capsys)
+    assert code == 124 and "still running" in out
+    assert len(api.calls("GET")) >= 2
+
+
+def test_wait_for_trainjob_uses_complete_condition(api, capsys):
+    api.route(
+        "GET",
+        f"{TRAINJOBS}/demo",
+        200,
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+    )
+    code, _, _ = run(["wait", "demo", "--kind", "trainjob", "--timeout", "5"], capsys)
+    assert code == 0
+
+
+def test_logs_per_replica_with_container_and_prefix(api, capsys):
+    api.route("GET", PODS, 200, {"items": PODS_LIST["items"][1:]})
+    api.route("GET", f"{PODS}/demo-worker-0/log", 200, "step 1\nstep 2\n")
+    code, out, err = run(["logs", "demo", "--replica", "Worker", "--tail", "50"], capsys)
+    assert code == 0, err
+    assert out.splitlines() == ["[demo-worker-0] step 1", "[demo-worker-0] step 2"]
+    list_call, log_call = api.calls("GET")
+    assert list_call["query"]["labelSelector"] == (
+        "training.kubeflow.org/job-name=demo,training.kubeflow.org/replica-type=worker"
+    )
+    assert log_call["query"] == {"container": "pytorch", "tailLines": "50"}
+
+
+def test_logs_follow_streams_every_pod(api, capsys):
+    api.route("GET", PODS, 200, PODS_LIST)
+    for pod in ("demo-master-0", "demo-worker-0"):
+        api.route("GET", f"{PODS}/{pod}/log", 200, f"hello from {pod}\n")
+    code, out, err = run(["logs", "demo", "--follow"], capsys)
+    assert code == 0, err
+    assert sorted(out.splitlines()) == [
+        "[demo-master-0] hello from demo-master-0",
+        "[demo-worker-0] hello from demo-worker-0",
+    ]
+    assert all(c["query"].get("follow") == "true" for c in api.calls("GET")[1:])
+
+
+def test_logs_without_pods_says_so(api, capsys):
+    api.route("GET", PODS, 200, {"items": []})
+    code, _, err = run(["logs", "demo", "-n", "other"], capsys)
+    assert code == 1 and "no pods" in err
+    assert api.calls("GET")[0]["path"] == "/api/v1/namespaces/other/pods"
+
+
+def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
+    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
+    api.route("DELETE", f"{CONFIGMAPS}/demo-config", 200)
+    # The PodMonitor API is absent (default 404 page): not an error for delete.
+    code, out, err = run(["delete", "demo"], capsys)
+    assert code == 0, err
+    deletes = api.calls("DELETE")
+    assert [d["path"] for d in deletes] == [
+        f"{PYTORCHJOBS}/demo",
+        f"{CONFIGMAPS}/demo-config",
+        f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors/demo",
+    ]
+    assert deletes[0]["body"]["propagationPolicy"] == "Background"
+    assert "pytorchjob/demo deleted" in out
+
+
+def test_delete_forbidden(api, capsys):
+    api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, status_body(403, "Forbidden", "no"))
+    code, _, err = run(["delete", "demo"], capsys)
+    assert code == 1 and "cannot delete pytorchjobs.kubeflow.org" in err and "rbac" in err
+
+
+def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, capsys):
+    api.route(
+        "GET", CRD_PATH + "pytorchjobs.kubeflow.org", 403, status_body(403, "Forbidden", "no")
+    )
+    api.route("POST", CONFIGMAPS, 201)
+    api.route("POST", PYTORCHJOBS, 201)
+    code, out, err = run(["submit", "pytorchjob", "--name", "demo"], capsys)
+    assert code == 0, err
+    assert "validating offline" in err and "customresourcedefinitions" in err
+    assert [r["method"] for r in api.requests] == ["GET", "POST", "POST"]

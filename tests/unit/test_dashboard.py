@@ -1,0 +1,154 @@
+"""The Grafana dashboard: valid JSON, a data-source variable, a fixed uid, the panels users need,
+and PromQL that names only metrics the trainer really exports (and parses, with promtool)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.multiprocess import MultiProcessCollector
+
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "charts" / "kubeddp" / "dashboards" / "kubeddp.json"
+)
+RECORD = textwrap.dedent(
+    """
+    from kubeddp.trainer.config import MetricsConfig
+    from kubeddp.trainer.metrics import TrainingMetrics
+    m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
+    m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
+              data_wait_seconds=0.0)
+    m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
+    m.close()
+    """
+)
+PROMQL_FUNCTIONS = {
+    "rate", "increase", "sum", "avg", "max", "min", "count", "histogram_quantile", "time",
+    "label_values", "irate", "clamp_min", "topk", "bottomk", "abs", "delta", "deriv",
+    "max_over_time", "min_over_time", "avg_over_time", "vector", "scalar", "changes", "resets",
+}  # fmt: skip
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
+                   "unless", "bool", "offset"}  # fmt: skip
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h"}
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels() -> list[dict]:
+    return dashboard()["panels"]
+
+
+def exprs() -> list[str]:
+    return [t["expr"] for p in panels() for t in p.get("targets", [])]
+
+
+def exported_sample_names(tmp_path: Path) -> set[str]:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", RECORD], env=env, check=True, timeout=60)
+    files = glob.glob(os.path.join(tmp_path, "*.db"))
+    return {s.name for f in MultiProcessCollector.merge(files) for s in f.samples}
+
+
+def names_in(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, function names) in a PromQL expression."""
+    text = re.sub(r'"[^"]*"', '""', expr)  # strings (label values, variables)
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges
+    text = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", text)  # grouping labels
+    metrics, functions = set(), set()
+    for match in re.finditer(r"(?<![\w.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", text):
+        word, call = match.group(1), match.group(2)
+        if call:
+            functions.add(word)
+        elif word not in PROMQL_KEYWORDS:
+            metrics.add(word)
+    return metrics, functions
+
+
+def test_dashboard_has_a_fixed_uid_and_a_datasource_variable() -> None:
+    board = dashboard()
+    assert board["uid"] == "kubeddp-training"
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(
+    ("title_word", "needs"),
+    [
+        ("samples", "kubeddp_samples_total"),
+        ("tokens", "kubeddp_tokens_total"),
+        ("loss", "kubeddp_loss"),
+        ("step time", "kubeddp_step_duration_seconds_bucket"),
+        ("data wait", "kubeddp_data_wait_seconds_total"),
+        ("checkpoint age", "kubeddp_last_checkpoint_timestamp_seconds"),
+        ("restarts", "kubeddp_worker_restarts_total"),
+        ("gpu memory", "kubeddp_gpu_memory_allocated_bytes"),
+    ],
+)
+def test_required_panel_exists(title_word: str, needs: str) -> None:
+    matching = [p for p in panels() if title_word in p["title"].lower()]
+    assert matching, f"no panel titled with {title_word!r}"
+    assert any(needs in t["expr"] for p in matching for t in p["targets"]), (title_word, needs)
+
+
+def test_step_time_panel_shows_p50_and_p99_per_rank() -> None:
+    panel = next(p for p in panels() if "step time" in p["title"].lower())
+    quantiles = {
+        re.search(r"histogram_quantile\((0\.\d+)", t["expr"]).group(1) for t in panel["targets"]
+    }
+    assert quantiles == {"0.5", "0.99"}
+    assert all("by (rank, le)" in t["expr"] for t in panel["targets"])
+
+
+def test_every_expression_names_only_exported_metrics(tmp_path: Path) -> None:
+    exported = exported_sample_names(tmp_path)
+    for expr in exprs():
+        metrics, functions = names_in(expr)
+        assert metrics, f"no metric in {expr!r}"
+        assert metrics <= exported, f"{expr!r} names {metrics - exported}, not exported"
+        assert functions <= PROMQL_FUNCTIONS, f"{expr!r} calls {functions - PROMQL_FUNCTIONS}"
+    for variable in dashboard()["templating"]["list"]:
+        if variable["type"] == "query":
+            selector = re.fullmatch(r"label_values\((.+),\s*\w+\)", variable["definition"])
+            assert selector, variable["definition"]
+            metrics, _ = names_in(selector.group(1))
+            assert metrics <= exported, variable["name"]
+
+
+def test_the_name_extractor_catches_a_foreign_metric() -> None:
+    metrics, functions = names_in('sum by (rank, le) (rate(node_cpu_seconds_total{job="x"}[5m]))')
+    assert metrics == {"node_cpu_seconds_total"} and functions == {"sum", "rate"}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs Debian's prometheus package")
+def test_expressions_parse_with_promtool(tmp_path: Path) -> None:
+    rules = []
+    for i, expr in enumerate(exprs()):
+        for var, value in GRAFANA_VARS.items():
+            expr = expr.replace(var, value)
+        expr = expr.replace("$job", ".*").replace("$pod", ".*")
+        rules.append({"record": f"kubeddp:dashboard_expr_{i}", "expr": expr})
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

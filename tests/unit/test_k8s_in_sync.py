@@ -1,0 +1,76 @@
+"""k8s/ holds exactly what `make k8s` (python -m kubeddp.tools.gen_k8s) renders, and it is valid."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from kubeddp.tools import gen_k8s
+from kubeddp.tools.rbac import RULES
+from kubeddp.tools.validate import load_documents, validate_documents
+from kubeddp.trainer import constants as C
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+
+
+def test_checked_in_manifests_match_a_fresh_render(capsys):
+    code = gen_k8s.main(["--out", str(K8S), "--check"])
+    diff = capsys.readouterr().out
+    assert code == 0, f"k8s/ is stale; run `make k8s`:\n{diff}"
+    assert sorted(p.name for p in K8S.glob("*.yaml")) == sorted(gen_k8s.generated_files())
+
+
+def test_check_fails_on_a_hand_edit(tmp_path, capsys):
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    target = copy / "pytorchjob-gpu.yaml"
+    target.write_text(target.read_text().replace("replicas: 1", "replicas: 2", 1))
+    assert gen_k8s.main(["--out", str(copy), "--check"]) == 1
+    assert "pytorchjob-gpu.yaml" in capsys.readouterr().out
+
+
+def test_every_checked_in_manifest_validates():
+    for path in sorted(K8S.glob("*.yaml")):
+        docs = load_documents(path.read_text(), path.name)
+        assert validate_documents(docs, path.name) == [], path
+
+
+def test_kind_ci_job_uses_the_local_cpu_image_and_gloo():
+    docs = load_documents((K8S / "pytorchjob-cpu-gloo.yaml").read_text(), "cpu")
+    job = next(d for d in docs if d["kind"] == "PyTorchJob")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        (container,) = replica["template"]["spec"]["containers"]
+        assert container["image"] == C.IMAGE_CPU_LOCAL
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert "ddp.backend=gloo" in container["args"]
+        assert "nvidia.com/gpu" not in str(container.get("resources"))
+    assert job["spec"]["nprocPerNode"] == "1"
+
+
+def test_kustomization_lists_existing_files():
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (K8S / resource).is_file(), resource
+
+
+def test_rbac_grants_every_resource_the_cli_touches():
+    granted = {
+        (group, resource)
+        for rule in RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    needed = {
+        ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("batch", "jobs"),
+        ("", "services"),
+        ("", "configmaps"),
+        ("", "persistentvolumeclaims"),
+        ("", "pods"),
+        ("", "pods/log"),
+        ("monitoring.coreos.com", "podmonitors"),
+    }
+    assert needed <= granted

@@ -1,0 +1,71 @@
+"""The README metrics table (docs/readme/metrics.md) lists exactly what a worker exports."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from prometheus_client.multiprocess import MultiProcessCollector
+
+README = Path(__file__).resolve().parents[2] / "docs" / "readme" / "metrics.md"
+ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
+RECORD = textwrap.dedent(
+    """
+    from kubeddp.trainer.config import MetricsConfig
+    from kubeddp.trainer.metrics import TrainingMetrics
+    m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
+    m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
+              data_wait_seconds=0.0)
+    m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
+    m.close()
+    """
+)
+
+
+def readme_tables() -> list[dict[str, tuple[str, set[str]]]]:
+    """Each metrics table: name -> (type, label names)."""
+    tables: list[dict[str, tuple[str, set[str]]]] = []
+    current: dict[str, tuple[str, set[str]]] = {}
+    for line in README.read_text().splitlines():
+        row = ROW.match(line)
+        if row:
+            labels = set(re.findall(r"`(\w+)`", row.group(3)))
+            current[row.group(1)] = (row.group(2), labels)
+        elif current and not line.startswith("|"):
+            tables.append(current)
+            current = {}
+    if current:
+        tables.append(current)
+    return tables
+
+
+def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", RECORD], env=env, check=True, timeout=60)
+    out = {}
+    for family in MultiProcessCollector.merge(glob.glob(os.path.join(tmp_path, "*.db"))):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        out[name] = (family.type, labels)
+    return out
+
+
+def test_readme_table_matches_the_exported_metrics(tmp_path: Path) -> None:
+    served_table = readme_tables()[0]
+    assert exported(tmp_path) == served_table
+
+
+def test_push_only_metrics_are_documented() -> None:
+    push_table = readme_tables()[1]
+    assert set(push_table) == {"kubeddp_run_exit_code", "kubeddp_run_finished_timestamp_seconds"}
+
+
+def test_readme_names_follow_prometheus_conventions() -> None:
+    for name, (kind, _) in readme_tables()[0].items():
+        assert name.endswith("_total") == (kind == "counter"), name
+        assert not re.search(r"_(ms|milliseconds|kb|mb|percent)\b", name), name

@@ -1,0 +1,144 @@
+"""TrainingMetrics in real worker-like processes writing prometheus_client multiprocess files.
+
+Each "worker" is a fresh Python process (prometheus_client picks its file-backed values when it
+is imported with PROMETHEUS_MULTIPROC_DIR set, as in a torchrun worker); the test reads the
+directory the way the launch process serves it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from kubeddp.trainer.config import MetricsConfig
+    from kubeddp.trainer.metrics import TrainingMetrics
+
+    rank, steps, enabled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+    m = TrainingMetrics(MetricsConfig(enabled=enabled), rank, 2, "gloo")
+    for step in range(1, steps + 1):
+        m.on_step(step=step, epoch=step // 10, loss=1.0 / step, lr=0.1, samples=32,
+                  tokens=32 * 8, step_seconds=0.02, data_wait_seconds=0.001)
+    m.on_checkpoint(duration_seconds=0.3, timestamp=1000.0 + steps)
+    m.close()
+    """
+)
+
+
+def run_worker(
+    directory: Path, rank: int, steps: int, restart_count: int = 0, enabled: bool = True
+) -> None:
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(directory),
+        "LOCAL_RANK": str(rank),
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+        "KUBEDDP_RDZV_SOURCE": "pytorchjob",
+    }
+    args = [str(rank), str(steps), "1" if enabled else "0"]
+    subprocess.run([sys.executable, "-c", WORKER, *args], env=env, check=True, timeout=60)
+
+
+def served(directory: Path) -> dict[tuple[str, tuple], float]:
+    files = glob.glob(os.path.join(directory, "*.db"))
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in MultiProcessCollector.merge(files)
+        for s in family.samples
+    }
+
+
+def test_two_ranks_sum_into_one_pod_view(tmp_path: Path) -> None:
+    run_worker(tmp_path, rank=0, steps=25)
+    run_worker(tmp_path, rank=1, steps=25)
+    out = served(tmp_path)
+    assert out[("kubeddp_samples_total", ())] == 2 * 25 * 32
+    assert out[("kubeddp_tokens_total", ())] == 2 * 25 * 32 * 8
+    assert out[("kubeddp_data_wait_seconds_total", ())] == pytest.approx(2 * 25 * 0.001)
+    assert out[("kubeddp_step", ())] == 25
+    assert out[("kubeddp_epoch", ())] == 2
+    assert out[("kubeddp_loss", ())] == pytest.approx(1 / 25)
+    assert out[("kubeddp_world_size", ())] == 2
+    for rank in ("0", "1"):
+        assert out[("kubeddp_step_duration_seconds_count", (("rank", rank),))] == 25
+        assert out[("kubeddp_gpu_memory_allocated_bytes", (("rank", rank),))] == 0
+    assert out[("kubeddp_checkpoint_save_duration_seconds_count", ())] == 2
+    assert out[("kubeddp_last_checkpoint_timestamp_seconds", ())] == 1025
+    info = [labels for (name, labels) in out if name == "kubeddp_info"]
+    assert info == [(("backend", "gloo"), ("rdzv_source", "pytorchjob"), ("version", "0.1.0"))]
+    assert not [key for key in out if "pid" in dict(key[1])], "a sample carries a pid label"
+
+
+def test_restarted_workers_add_to_counters_and_restarts(tmp_path: Path) -> None:
+    run_worker(tmp_path, rank=0, steps=30)  # generation 0 dies after 30 steps
+    run_worker(tmp_path, rank=1, steps=30)
+    assert served(tmp_path)[("kubeddp_worker_restarts_total", ())] == 0
+    run_worker(tmp_path, rank=0, steps=12, restart_count=1)  # resumed at an earlier step
+    run_worker(tmp_path, rank=1, steps=12, restart_count=1)
+    out = served(tmp_path)
+    assert out[("kubeddp_samples_total", ())] == (30 + 12) * 2 * 32
+    assert out[("kubeddp_worker_restarts_total", ())] == 1
+    assert out[("kubeddp_step", ())] == 12  # the newest write wins, not the largest
+    assert out[("kubeddp_step_duration_seconds_count", (("rank", "0"),))] == 42
+    assert out[("kubeddp_last_checkpoint_timestamp_seconds", ())] == 1030  # the latest save
+
+
+def test_a_generation_that_died_early_is_still_counted(tmp_path: Path) -> None:
+    # Generation 1 died before recording anything; generation 2 tops the total up to 2.
+    run_worker(tmp_path, rank=0, steps=5)
+    run_worker(tmp_path, rank=0, steps=5, restart_count=2)
+    run_worker(tmp_path, rank=1, steps=5, restart_count=2)  # not local rank 0: no change
+    assert served(tmp_path)[("kubeddp_worker_restarts_total", ())] == 2
+
+
+def test_disabled_metrics_write_nothing(tmp_path: Path) -> None:
+    run_worker(tmp_path, rank=0, steps=5, enabled=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_no_directory_means_no_op() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, "0", "3", "1"], env=env, timeout=60, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_step_histogram_buckets_are_exact(tmp_path: Path) -> None:
+    # Bucketed in memory and written on flush: the result must equal plain observe() calls.
+    code = textwrap.dedent(
+        """
+        from kubeddp.trainer.config import MetricsConfig
+        from kubeddp.trainer.metrics import TrainingMetrics
+        m = TrainingMetrics(MetricsConfig(), 3, 4, "gloo")
+        for i, seconds in enumerate([0.004, 0.005, 0.0051, 0.02, 0.3, 0.3, 100.0]):
+            m.on_step(step=i, epoch=0, loss=0.0, lr=0.0, samples=1, tokens=0,
+                      step_seconds=seconds, data_wait_seconds=0.0)
+        m.close()
+        """
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    out = served(tmp_path)
+
+    def bucket(le: str) -> float:
+        return out[("kubeddp_step_duration_seconds_bucket", (("le", le), ("rank", "3")))]
+
+    assert bucket("0.005") == 2  # le is inclusive
+    assert bucket("0.01") == 3
+    assert bucket("0.025") == 4
+    assert bucket("0.25") == 4
+    assert bucket("0.5") == 6
+    assert bucket("60.0") == 6
+    assert bucket("+Inf") == 7
+    assert out[("kubeddp_step_duration_seconds_count", (("rank", "3"),))] == 7
+    assert out[("kubeddp_step_duration_seconds_sum", (("rank", "3"),))] == pytest.approx(100.6341)

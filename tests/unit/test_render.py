@@ -1,0 +1,252 @@
+"""`kubeddp render`: a matrix of options renders manifests that pass validation, with the
+defaults the design promises (restricted PSS, container names, ports, /dev/shm, Master 1)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import yaml
+
+from kubeddp.tools.cli import main
+from kubeddp.tools.validate import validate_documents
+from kubeddp.trainer import constants as C
+
+FEATURES = {
+    "plain": [],
+    "pvc": ["--checkpoint-size", "10Gi", "--storage-class", "fast"],
+    "claim": ["--checkpoint-pvc", "shared-ckpt"],
+    "config": ["--set", "train.max_steps=5", "--set", "workload.name=regression"],
+    "kueue": ["--queue", "team-a"],
+    "podmonitor": ["--podmonitor", "--podmonitor-label", "release=kube-prometheus-stack"],
+    "placement": [
+        "--node-selector",
+        "pool=gpu",
+        "--tolerations",
+        "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]",
+        "--affinity",
+        '{"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":'
+        ' {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator":'
+        ' "Exists"}]}]}}}',
+    ],
+    "env-sa": ["--env", "NCCL_DEBUG=INFO", "--service-account", "trainer", "--no-istio-opt-out"],
+}
+PYTORCHJOB_ONLY = {
+    "gang": ["--gang", "volcano", "--priority-class", "high"],
+    "policies": [
+        "--restart-policy",
+        "OnFailure",
+        "--backoff-limit",
+        "1",
+        "--ttl-seconds-after-finished",
+        "600",
+        "--clean-pod-policy",
+        "All",
+    ],
+}
+SHAPES = {
+    "cpu": ["--nodes", "3", "--cpu", "2", "--memory", "4Gi"],
+    "gpu": ["--nodes", "2", "--gpus-per-node", "8", "--cpu-limit", "32", "--memory-limit", "256Gi"],
+}
+
+
+def render(argv: list[str], capsys) -> list[dict]:
+    code = main(["render", *argv, "--validate-against", "offline"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def cases():
+    for kind, shape, feature in itertools.product(
+        ("pytorchjob", "trainjob", "indexedjob"), SHAPES, [*FEATURES, *PYTORCHJOB_ONLY]
+    ):
+        if feature in PYTORCHJOB_ONLY and kind != "pytorchjob":
+            continue
+        yield pytest.param(kind, shape, feature, id=f"{kind}-{shape}-{feature}")
+    for feature in FEATURES:
+        yield pytest.param("pytorchjob", "elastic", feature, id=f"elastic-{feature}")
+
+
+def argv_for(kind: str, shape: str, feature: str) -> list[str]:
+    options = FEATURES[feature] if feature in FEATURES else PYTORCHJOB_ONLY[feature]
+    if shape == "elastic":
+        return [kind, "--elastic", "2:4", "--gpus-per-node", "4", *options]
+    if kind == "trainjob" and feature == "env-sa":
+        options = [o for o in options if o != "--no-istio-opt-out"]
+    return [kind, *SHAPES[shape], *options]
+
+
+def by_kind(docs: list[dict]) -> dict[str, dict]:
+    return {doc["kind"]: doc for doc in docs}
+
+
+def pod_templates(job: dict) -> list[dict]:
+    if job["kind"] == "PyTorchJob":
+        return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+    if job["kind"] == "TrainJob":
+        patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+        return [patch["replicatedJobs"][0]["template"]["spec"]["template"]]
+    return [job["spec"]["template"]]
+
+
+@pytest.mark.parametrize(("kind", "shape", "feature"), list(cases()))
+def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, capsys):
+    docs = render(argv_for(kind, shape, feature), capsys)
+    assert validate_documents(docs) == []
+    kinds = [doc["kind"] for doc in docs]
+    assert kinds[0] == "ConfigMap"
+    job = docs[
+        kinds.index({"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "indexedjob": "Job"}[kind])
+    ]
+    for doc in docs:
+        assert set(doc["metadata"]["labels"]) >= {
+            C.LABEL_NAME,
+            C.LABEL_INSTANCE,
+            C.LABEL_MANAGED_BY,
+            C.LABEL_COMPONENT,
+        }
+    for template in pod_templates(job):
+        pod = template["spec"]
+        assert pod["securityContext"] == C.POD_SECURITY_CONTEXT
+        assert pod["terminationGracePeriodSeconds"] == C.TERMINATION_GRACE_PERIOD_SECONDS
+        (container,) = pod["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {
+            k: v for k, v in container["securityContext"].items() if k != "readOnlyRootFilesystem"
+        } == C.CONTAINER_SECURITY_CONTEXT
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert set(mounts) == {"/dev/shm", C.SCRATCH_DIR, C.CHECKPOINT_DIR, C.CONFIG_DIR}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+        assert volumes["config"]["configMap"]["name"] == docs[0]["metadata"]["name"]
+        annotations = template["metadata"].get("annotations", {})
+        assert (annotations.get(C.ISTIO_INJECT_ANNOTATION) == "false") == (
+            feature != "env-sa" or kind == "trainjob"
+        )
+        if kind != "trainjob":
+            assert container["imagePullPolicy"] == "IfNotPresent"
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            assert ports[C.METRICS_PORT_NAME] == C.METRICS_PORT
+            assert pod["automountServiceAccountToken"] is (feature == "env-sa")
+            assert container["args"][:3] == ["--", "--config", C.CONFIG_FILE]
+    if kind == "pytorchjob":
+        for template in pod_templates(job):
+            (container,) = template["spec"]["containers"]
+            assert container["name"] == C.PYTORCHJOB_CONTAINER
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            assert ports[C.PYTORCHJOB_PORT_NAME] == C.PYTORCHJOB_PORT
+        assert isinstance(job["spec"]["nprocPerNode"], str)
+    if feature == "podmonitor":
+        monitor = by_kind(docs)["PodMonitor"]
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        (label,) = monitor["spec"]["selector"]["matchLabels"]
+        assert label in monitor["spec"]["podTargetLabels"]
+    if feature == "kueue":
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    if feature == "pvc":
+        pvc = by_kind(docs)["PersistentVolumeClaim"]
+        assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+
+
+@pytest.mark.parametrize(("nodes", "workers"), [(1, None), (2, 1), (5, 4)])
+def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, workers, capsys):
+    job = by_kind(render(["pytorchjob", "--nodes", str(nodes)], capsys))["PyTorchJob"]
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1
+    assert replicas["Master"]["restartPolicy"] == "ExitCode"
+    assert replicas.get("Worker", {}).get("replicas") == workers
+
+
+def test_elastic_pytorchjob_has_only_workers_and_c10d(capsys):
+    job = by_kind(render(["pytorchjob", "--elastic", "2:4", "--name", "el"], capsys))["PyTorchJob"]
+    assert list(job["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+    assert job["spec"]["elasticPolicy"] == {
+        "minReplicas": 2,
+        "maxReplicas": 4,
+        "rdzvBackend": "c10d",
+        "rdzvId": "el",
+        "maxRestarts": 3,
+    }
+
+
+def test_gang_scheduling_sets_scheduler_and_min_available(capsys):
+    argv = ["pytorchjob", "--nodes", "3", "--gang", "scheduler-plugins"]
+    job = by_kind(render(argv, capsys))["PyTorchJob"]
+    assert job["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 3}
+    for template in pod_templates(job):
+        assert template["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+
+
+def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
+    docs = by_kind(
+        render(["indexedjob", "--name", "ix", "--nodes", "3", "--nproc-per-node", "2"], capsys)
+    )
+    service, job = docs["Service"], docs["Job"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {C.INDEXEDJOB_NAME_LABEL: "ix"}
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == "ix"
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env == {
+        C.ENV_INDEXEDJOB_MASTER_ADDR: "ix-0.ix",
+        C.ENV_INDEXEDJOB_MASTER_PORT: str(C.INDEXEDJOB_PORT),
+        C.ENV_INDEXEDJOB_NNODES: "3",
+        C.ENV_INDEXEDJOB_NPROC: "2",
+    }
+    assert pod["containers"][0]["name"] == C.INDEXEDJOB_CONTAINER
+    codes = job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"]
+    assert C.PREEMPTED_EXIT_CODE not in codes and 1 in codes
+
+
+def test_trainjob_uses_torch_distributed_runtime(capsys):
+    job = by_kind(render(["trainjob", "--nodes", "2", "--gpus-per-node", "4"], capsys))["TrainJob"]
+    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    assert job["spec"]["trainer"]["numProcPerNode"] == 4
+    (container,) = pod_templates(job)[0]["spec"]["containers"]
+    assert container["name"] == C.TRAINJOB_CONTAINER
+
+
+def test_config_file_ships_in_configmap_and_overrides_follow_it(tmp_path, capsys):
+    config = tmp_path / "train.yaml"
+    config.write_text("workload:\n  name: regression\ntrain:\n  max_steps: 7\n")
+    docs = by_kind(
+        render(["pytorchjob", "--config", str(config), "--set", "train.lr=0.01"], capsys)
+    )
+    shipped = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"])
+    assert shipped["train"]["max_steps"] == 7
+    assert shipped["checkpoint"]["dir"] == C.CHECKPOINT_DIR
+    template = pod_templates(docs["PyTorchJob"])[0]
+    assert template["spec"]["containers"][0]["args"] == [
+        "--",
+        "--config",
+        C.CONFIG_FILE,
+        "--set",
+        "train.lr=0.01",
+    ]
+
+
+def test_json_output_is_a_list_of_the_same_objects(capsys):
+    as_yaml = render(["indexedjob", "--nodes", "2"], capsys)
+    assert (
+        main(
+            ["render", "indexedjob", "--nodes", "2", "-o", "json", "--validate-against", "offline"]
+        )
+        == 0
+    )
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["kind"] == "List" and as_json["items"] == as_yaml
+
+
+def test_render_is_deterministic(capsys):
+    argv = ["render", "pytorchjob", "--nodes", "2", "--podmonitor", "--validate-against", "offline"]
+    main(argv)
+    first = capsys.readouterr().out
+    main(argv)
+    assert capsys.readouterr().out == first

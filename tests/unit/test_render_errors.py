@@ -1,0 +1,82 @@
+"""Bad render options: exit 2 and one line that names the option (and the fix)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubeddp.tools.cli import main
+
+BAD_OPTIONS = [
+    (["pytorchjob", "--name", "Bad_Name"], "--name"),
+    (["pytorchjob", "--name", "1job"], "--name"),
+    (["pytorchjob", "--namespace", "Team"], "--namespace"),
+    (["pytorchjob", "--nodes", "0"], "--nodes"),
+    (["pytorchjob", "--nodes", "two"], "--nodes"),
+    (["pytorchjob", "--nproc-per-node", "many"], "--nproc-per-node"),
+    (["pytorchjob", "--gpus-per-node", "2", "--nproc-per-node", "4"], "--nproc-per-node"),
+    (["pytorchjob", "--gpus-per-node", "-1"], "--gpus-per-node"),
+    (["pytorchjob", "--elastic", "4"], "--elastic"),
+    (["pytorchjob", "--elastic", "4:2"], "--elastic"),
+    (["pytorchjob", "--elastic", "0:2"], "--elastic"),
+    (["pytorchjob", "--elastic", "2:4", "--nodes", "5"], "--nodes"),
+    (["trainjob", "--elastic", "2:4"], "--elastic"),
+    (["indexedjob", "--gang", "volcano"], "--gang"),
+    (["pytorchjob", "--gang", "yunikorn"], "--gang"),
+    (["trainjob", "--priority-class", "high"], "--priority-class"),
+    (["trainjob", "--restart-policy", "Never"], "--restart-policy"),
+    (["trainjob", "--ttl-seconds-after-finished", "60"], "--ttl-seconds-after-finished"),
+    (["trainjob", "--nproc-per-node", "gpu"], "--nproc-per-node"),
+    (["indexedjob", "--restart-policy", "Always"], "--restart-policy"),
+    (["pytorchjob", "--restart-policy", "Sometimes"], "--restart-policy"),
+    (["indexedjob", "--clean-pod-policy", "All"], "--clean-pod-policy"),
+    (["pytorchjob", "--clean-pod-policy", "Some"], "--clean-pod-policy"),
+    (["pytorchjob", "--cpu", "lots"], "--cpu"),
+    (["pytorchjob", "--memory", "16GB"], "--memory"),
+    (["pytorchjob", "--shm-size", "1 G"], "--shm-size"),
+    (["pytorchjob", "--checkpoint-pvc", "a", "--checkpoint-size", "1Gi"], "--checkpoint-pvc"),
+    (["pytorchjob", "--storage-class", "fast"], "--storage-class"),
+    (
+        ["pytorchjob", "--checkpoint-size", "1Gi", "--checkpoint-access-mode", "RWX"],
+        "--checkpoint-access-mode",
+    ),
+    (["pytorchjob", "--env", "NOEQUALS"], "--env"),
+    (["pytorchjob", "--env", "1BAD=x"], "--env"),
+    (["pytorchjob", "--node-selector", "pool"], "--node-selector"),
+    (["pytorchjob", "--tolerations", "{key: a}"], "--tolerations"),
+    (["pytorchjob", "--affinity", "[1, 2]"], "--affinity"),
+    (["pytorchjob", "--affinity", "{unclosed"], "--affinity"),
+    (["pytorchjob", "--podmonitor-label", "release=x"], "--podmonitor-label"),
+    (["pytorchjob", "--podmonitor", "--podmonitor-label", "release"], "--podmonitor-label"),
+    (["pytorchjob", "--set", "train.no_such_key=1"], "--set"),
+    (["pytorchjob", "--set", "notakey"], "--set"),
+    (["pytorchjob", "--config", "/nonexistent/train.yaml"], "--config"),
+    (["pytorchjob", "--backoff-limit", "-1"], "--backoff-limit"),
+    (["pytorchjob", "--image", "has space"], "--image"),
+    (["pytorchjob", "--image-pull-policy", "Sometimes"], "--image-pull-policy"),
+    (["pytorchjob", "-o", "toml"], "--output"),
+    (["cronjob"], "kind"),
+]
+
+
+@pytest.mark.parametrize(("argv", "option"), BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
+def test_bad_option_exits_2_with_one_line_naming_it(argv, option, capsys):
+    with pytest.raises(SystemExit) as raised:
+        code = main(["render", *argv, "--validate-against", "offline"])
+        raise SystemExit(code)
+    out, err = capsys.readouterr()
+    assert raised.value.code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert option in lines[0]
+
+
+def test_bad_trainer_config_file_is_rejected_before_printing(tmp_path, capsys):
+    config = tmp_path / "train.yaml"
+    config.write_text("train:\n  lr: fast\n")
+    assert (
+        main(["render", "pytorchjob", "--config", str(config), "--validate-against", "offline"])
+        == 2
+    )
+    out, err = capsys.readouterr()
+    assert out == "" and "--config" in err and "train.lr" in err

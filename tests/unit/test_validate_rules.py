@@ -1,0 +1,226 @@
+"""`kubeddp validate`: each operator webhook rule and each schema check catches its mistake,
+reported as one line with the document kind/name and the field path."""
+
+from __future__ import annotations
+
+import copy
+import io
+import sys
+
+import pytest
+import yaml
+
+from kubeddp.tools.cli import main
+from kubeddp.tools.jobspec import JobSpec
+from kubeddp.tools.manifests import build_manifests
+
+
+def job_of(kind: str, **options) -> dict:
+    return build_manifests(JobSpec(kind=kind, name="demo", **options))[-1]
+
+
+def pytorchjob(**options) -> dict:
+    return job_of("pytorchjob", **options)
+
+
+def first_container(job: dict, replica: str = "Master") -> dict:
+    return job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]
+
+
+def mutate(job: dict, change) -> dict:
+    job = copy.deepcopy(job)
+    change(job)
+    return job
+
+
+def _set(path: list, value):
+    def change(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+
+    return change
+
+
+def _delete(path: list):
+    def change(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+
+    return change
+
+
+REPLICAS = ["spec", "pytorchReplicaSpecs"]
+TRAINJOB_POD = [
+    "spec",
+    "runtimePatches",
+    0,
+    "trainingRuntimeSpec",
+    "template",
+    "spec",
+    "replicatedJobs",
+    0,
+    "template",
+    "spec",
+    "template",
+    "spec",
+]
+BAD = {
+    "master-replicas-2": (
+        pytorchjob(nodes=2),
+        _set([*REPLICAS, "Master", "replicas"], 2),
+        "spec.pytorchReplicaSpecs.Master.replicas",
+    ),
+    "master-replicas-implicit": (
+        pytorchjob(nodes=2),
+        _delete([*REPLICAS, "Master", "replicas"]),
+        "spec.pytorchReplicaSpecs.Master.replicas",
+    ),
+    "no-master": (
+        pytorchjob(nodes=2),
+        _delete([*REPLICAS, "Master"]),
+        "spec.pytorchReplicaSpecs.Master",
+    ),
+    "replica-key": (
+        pytorchjob(nodes=2),
+        lambda d: d["spec"]["pytorchReplicaSpecs"].update(
+            Chief=d["spec"]["pytorchReplicaSpecs"]["Worker"]
+        ),
+        "spec.pytorchReplicaSpecs.Chief",
+    ),
+    "container-name": (
+        pytorchjob(),
+        lambda d: first_container(d).update(name="main"),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers",
+    ),
+    "job-name": (pytorchjob(), _set(["metadata", "name"], "Demo_Job"), "metadata.name"),
+    "restart-policy": (
+        pytorchjob(),
+        _set([*REPLICAS, "Master", "restartPolicy"], "Sometimes"),
+        "spec.pytorchReplicaSpecs.Master.restartPolicy",
+    ),
+    "clean-pod-policy": (
+        pytorchjob(),
+        _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
+        "spec.runPolicy.cleanPodPolicy",
+    ),
+    "nproc": (pytorchjob(), _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
+    "rdzv-backend": (
+        pytorchjob(elastic=(2, 4)),
+        _set(["spec", "elasticPolicy", "rdzvBackend"], "zookeeper"),
+        "spec.elasticPolicy.rdzvBackend",
+    ),
+    "elastic-master": (
+        pytorchjob(elastic=(2, 4)),
+        lambda d: d["spec"]["pytorchReplicaSpecs"].update(
+            Master=dict(d["spec"]["pytorchReplicaSpecs"]["Worker"], replicas=1)
+        ),
+        "spec.pytorchReplicaSpecs.Master",
+    ),
+    "elastic-min-max": (
+        pytorchjob(elastic=(2, 4)),
+        _set(["spec", "elasticPolicy", "minReplicas"], 5),
+        "spec.elasticPolicy",
+    ),
+    "pytorchjob-unknown-field": (
+        pytorchjob(),
+        _set(["spec", "runPolicy", "cleanup"], "All"),
+        "spec.runPolicy.cleanup",
+    ),
+    "pytorchjob-wrong-type": (
+        pytorchjob(nodes=3),
+        _set([*REPLICAS, "Worker", "replicas"], "2"),
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+    ),
+    "pod-unknown-field": (
+        pytorchjob(),
+        lambda d: first_container(d).update(gpu=1),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].gpu",
+    ),
+    "trainjob-reserved-env": (
+        job_of("trainjob", env={"PET_NNODES": "3"}),
+        lambda d: None,
+        "spec.trainer.env[0].name",
+    ),
+    "trainjob-container-name": (
+        job_of("trainjob"),
+        _set([*TRAINJOB_POD, "containers", 0, "name"], "trainer"),
+        "containers[0].name",
+    ),
+    "trainjob-unknown-field": (
+        job_of("trainjob"),
+        _set([*TRAINJOB_POD, "priorityClassName"], "x"),
+        "template.spec.priorityClassName",
+    ),
+    "trainjob-wrong-type": (
+        job_of("trainjob"),
+        _set(["spec", "trainer", "numNodes"], "2"),
+        "spec.trainer.numNodes",
+    ),
+    "trainjob-name": (job_of("trainjob"), _set(["metadata", "name"], "-x"), "metadata.name"),
+    "indexedjob-parallelism": (
+        job_of("indexedjob", nodes=3),
+        _set(["spec", "parallelism"], 2),
+        "spec.parallelism",
+    ),
+    "indexedjob-subdomain": (
+        job_of("indexedjob"),
+        _set(["spec", "template", "spec", "subdomain"], "other"),
+        "spec.template.spec.subdomain",
+    ),
+    "job-unknown-field": (job_of("indexedjob"), _set(["spec", "completion"], 2), "spec"),
+    "configmap-wrong-type": (build_manifests(JobSpec())[0], _set(["data", "n"], 1), "data.n"),
+}
+
+
+def run_validate(docs: list[dict], monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    code = main(["validate", "-", "--validate-against", "offline"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_each_rule_is_caught(case, monkeypatch, capsys):
+    job, change, path = BAD[case]
+    bad = mutate(job, change)
+    code, out, _ = run_validate([bad], monkeypatch, capsys)
+    assert code == 1
+    lines = out.strip().splitlines()
+    name = bad["metadata"]["name"]
+    assert any(f"{bad['kind']}/{name}: " in line and path in line for line in lines), out
+
+
+def test_good_manifests_pass_and_report_ok(monkeypatch, capsys):
+    docs = [
+        *build_manifests(JobSpec(nodes=3, podmonitor=True)),
+        *build_manifests(JobSpec(kind="trainjob", name="tj")),
+        *build_manifests(JobSpec(kind="indexedjob", name="ij", checkpoint_size="1Gi")),
+    ]
+    code, out, err = run_validate(docs, monkeypatch, capsys)
+    assert (code, out) == (0, "")
+    assert "ok:" in err
+
+
+def test_validate_reads_files_and_names_them(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(mutate(pytorchjob(), _set(["metadata", "name"], "X"))))
+    assert main(["validate", str(path), "--validate-against", "offline"]) == 1
+    assert capsys.readouterr().out.startswith(f"{path}: PyTorchJob/X: metadata.name")
+
+
+def test_not_yaml_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text("a: [1,\n")
+    assert main(["validate", str(path), "--validate-against", "offline"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "broken.yaml" in err
+
+
+def test_unknown_kind_is_reported(monkeypatch, capsys):
+    doc = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    code, out, _ = run_validate([doc], monkeypatch, capsys)
+    assert code == 1 and "no schema known for example.com/v1/Widget" in out

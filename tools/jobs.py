@@ -1,0 +1,216 @@
+"""Job-level cluster commands on top of `kube.Cluster`: submit, status, logs, wait, delete."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from kubeddp.tools.kube import RESOURCES, Cluster, KubeError, Resource
+from kubeddp.tools.manifests import JOB_NAME_LABEL
+from kubeddp.trainer import constants as C
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_TIMEOUT = 124
+
+
+@dataclass(frozen=True)
+class JobKind:
+    resource: Resource
+    pod_label: str  # the label the operator puts on the job's pods
+    container: str
+    success_conditions: tuple[str, ...]
+
+
+JOB_KINDS = {
+    "pytorchjob": JobKind(
+        RESOURCES["kubeflow.org/v1/PyTorchJob"],
+        JOB_NAME_LABEL["pytorchjob"],
+        C.PYTORCHJOB_CONTAINER,
+        ("Succeeded",),
+    ),
+    "trainjob": JobKind(
+        RESOURCES["trainer.kubeflow.org/v1alpha1/TrainJob"],
+        JOB_NAME_LABEL["trainjob"],
+        C.TRAINJOB_CONTAINER,
+        ("Complete",),
+    ),
+    "indexedjob": JobKind(
+        RESOURCES["batch/v1/Job"],
+        JOB_NAME_LABEL["indexedjob"],
+        C.INDEXEDJOB_CONTAINER,
+        ("Complete", "SuccessCriteriaMet"),
+    ),
+}
+
+
+def submit(cluster: Cluster, docs: list[dict], dry_run: bool, out: TextIO) -> None:
+    suffix = " (server dry run)" if dry_run else ""
+    for doc in docs:
+        created = cluster.create(doc, dry_run=dry_run)
+        meta = created.get("metadata") or doc.get("metadata") or {}
+        namespace = meta.get("namespace") or cluster.namespace
+        print(f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}", file=out)
+
+
+def terminal_state(kind: JobKind, job: dict) -> str | None:
+    """'Succeeded', 'Failed' or None (still running), from the conditions."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") in kind.success_conditions:
+            return "Succeeded"
+        if condition.get("type") == "Failed":
+            return "Failed"
+    return None
+
+
+def _replica_lines(kind_name: str, status: dict) -> list[str]:
+    if kind_name == "pytorchjob":
+        return [
+            f"  {replica}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+            for replica, counts in sorted((status.get("replicaStatuses") or {}).items())
+            if isinstance(counts, dict)
+        ]
+    if kind_name == "trainjob":
+        return [
+            f"  {job.get('name')}: "
+            + ", ".join(f"{k}={job.get(k, 0)}" for k in ("active", "ready", "succeeded", "failed"))
+            for job in status.get("jobsStatus") or []
+        ]
+    return [
+        "  pods: "
+        + ", ".join(f"{k}={status.get(k, 0)}" for k in ("active", "ready", "succeeded", "failed"))
+    ]
+
+
+def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
+    kind = JOB_KINDS[kind_name]
+    job = cluster.get(kind.resource, name)
+    job_status = job.get("status") or {}
+    state = terminal_state(kind, job) or "Running"
+    print(f"{kind.resource.kind} {cluster.namespace}/{name}: {state}", file=out)
+    print("conditions:", file=out)
+    for condition in job_status.get("conditions") or []:
+        reason = condition.get("reason") or ""
+        message = condition.get("message") or ""
+        print(
+            f"  {condition.get('type')}={condition.get('status')} {reason}: {message}".rstrip(),
+            file=out,
+        )
+    print("replicas:", file=out)
+    for line in _replica_lines(kind_name, job_status):
+        print(line, file=out)
+    print("pods:", file=out)
+    for pod in cluster.list_pods(f"{kind.pod_label}={name}"):
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
+        phase = (pod.get("status") or {}).get("phase", "?")
+        node = (pod.get("spec") or {}).get("nodeName", "-")
+        print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
+
+
+def wait(
+    cluster: Cluster, kind_name: str, name: str, timeout_s: float, interval_s: float, out: TextIO
+) -> int:
+    kind = JOB_KINDS[kind_name]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = terminal_state(kind, cluster.get(kind.resource, name))
+        if state:
+            print(f"{kind.resource.kind} {cluster.namespace}/{name}: {state}", file=out)
+            return EXIT_SUCCEEDED if state == "Succeeded" else EXIT_FAILED
+        if time.monotonic() >= deadline:
+            print(
+                f"{kind.resource.kind} {cluster.namespace}/{name}: still running after "
+                f"{timeout_s:g}s (kubeddp status {name} shows why)",
+                file=out,
+            )
+            return EXIT_TIMEOUT
+        time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
+def _selector(kind_name: str, name: str, replica: str | None) -> str:
+    selector = f"{JOB_KINDS[kind_name].pod_label}={name}"
+    if replica is None:
+        return selector
+    if kind_name == "pytorchjob":
+        return f"{selector},{C.PYTORCHJOB_REPLICA_TYPE_LABEL}={replica.lower()}"
+    return f"{selector},{C.INDEXEDJOB_INDEX_LABEL}={replica}"
+
+
+def logs(
+    cluster: Cluster,
+    kind_name: str,
+    name: str,
+    replica: str | None,
+    follow: bool,
+    tail_lines: int | None,
+    out: TextIO,
+) -> None:
+    kind = JOB_KINDS[kind_name]
+    pods = [p["metadata"]["name"] for p in cluster.list_pods(_selector(kind_name, name, replica))]
+    if not pods:
+        raise KubeError(
+            f"no pods of {kind.resource.kind} {name!r} in namespace "
+            f"{cluster.namespace!r} yet; check kubeddp status {name}"
+        )
+    if not follow:
+        for pod in pods:
+            for line in cluster.pod_log(pod, kind.container, tail_lines).splitlines():
+                print(f"[{pod}] {line}", file=out)
+        return
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def pump(pod: str) -> None:
+        query: list[tuple[str, object]] = [("container", kind.container), ("follow", "true")]
+        if tail_lines is not None:
+            query.append(("tailLines", tail_lines))
+        path = f"{RESOURCES['v1/Pod'].collection_path(cluster.namespace)}/{pod}/log"
+        try:
+            response = cluster.stream(path, query)
+            for raw in response:
+                for line in raw.decode(errors="replace").splitlines():
+                    with lock:
+                        print(f"[{pod}] {line}", file=out, flush=True)
+        except KubeError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=pump, args=(pod,), daemon=True) for pod in pods]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise KubeError(errors[0])
+
+
+def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: TextIO) -> None:
+    """The job, then what `kubeddp render` made for it; a missing companion is not an error."""
+    kind = JOB_KINDS[kind_name]
+    cluster.delete(kind.resource, name)
+    print(f"{kind.resource.kind.lower()}/{name} deleted", file=out)
+    companions = [
+        (RESOURCES["v1/ConfigMap"], f"{name}-config"),
+        (RESOURCES["monitoring.coreos.com/v1/PodMonitor"], name),
+    ]
+    if kind_name == "indexedjob":
+        companions.append((RESOURCES["v1/Service"], name))
+    if delete_pvc:
+        companions.append((RESOURCES["v1/PersistentVolumeClaim"], f"{name}-checkpoints"))
+    for resource, companion in companions:
+        try:
+            cluster.delete(resource, companion)
+        except KubeError as exc:
+            if "not found" in str(exc) or "has no" in str(exc):
+                continue
+            raise
+        print(f"{resource.kind.lower()}/{companion} deleted", file=out)
+
+
+def print_error(exc: Exception) -> None:
+    print(f"kubeddp: {exc}", file=sys.stderr)

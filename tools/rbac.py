@@ -1,0 +1,59 @@
+"""The Role a user needs to run `kubeddp submit/status/logs/wait/delete` in one namespace.
+
+Reading CRDs (for `--validate-against cluster`) is cluster-scoped and not granted here: without
+it kubeddp validates offline against the Kubeflow SDK models.
+"""
+
+from __future__ import annotations
+
+from kubeddp.trainer import constants as C
+
+ROLE_NAME = "kubeddp-submitter"
+SUBMITTERS_GROUP = "kubeddp-submitters"  # bind your users or service accounts here
+MANAGE = ["create", "get", "list", "watch", "delete"]
+READ = ["get", "list", "watch"]
+
+RULES = [
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": MANAGE},
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": MANAGE},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": MANAGE},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "services", "persistentvolumeclaims"],
+        "verbs": MANAGE,
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": READ},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors"], "verbs": MANAGE},
+]
+
+
+def _metadata(namespace: str | None) -> dict:
+    meta: dict = {"name": ROLE_NAME}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {
+        C.LABEL_NAME: C.APP_NAME,
+        C.LABEL_MANAGED_BY: C.APP_NAME,
+        C.LABEL_COMPONENT: "rbac",
+    }
+    return meta
+
+
+def build_rbac(namespace: str | None = None) -> list[dict]:
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(namespace),
+        "rules": [dict(rule) for rule in RULES],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": SUBMITTERS_GROUP}
+        ],
+    }
+    return [role, binding]
