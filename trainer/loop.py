@@ -16,6 +16,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
 from kubeddp.trainer import checkpoint as ckpt
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import Config
@@ -25,8 +28,6 @@ from kubeddp.trainer.progress import Progress, fmt_duration
 from kubeddp.trainer.sampler import ResumableDistributedSampler
 from kubeddp.trainer.schedule import build_optimizer, build_scheduler
 from kubeddp.trainer.workloads import Workload, build_workload
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader
 
 STOP_NONE, STOP_PREEMPT, STOP_SAVE_FAILED = 0, 1, 2
 
@@ -190,7 +191,7 @@ class Trainer:
         if self.writer is None:
             return
         start = time.perf_counter()
-        state = ckpt.to_cpu(self.state_dict())
+        state = self.writer.snapshot(self.state_dict())  # waits for the previous write
         state["rng"] = rngs
         if records is not None:
             state["sample_record"] = records

@@ -58,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     code = 0
-    trainer = Trainer(cfg, ctx, source=os.environ.get("KUBEDDP_RDZV_SOURCE", "standalone"))
+    try:
+        trainer = Trainer(cfg, ctx, source=os.environ.get("KUBEDDP_RDZV_SOURCE", "standalone"))
+    except ValueError as exc:  # ConfigError/WorkloadError: a corpus or factory that is wrong
+        print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        teardown(barrier=False)
+        return 2
     try:
         code = trainer.fit()
     except Preempted as exc:

@@ -78,10 +78,19 @@ def run_knobs(
     def sps(name: str, rep: int) -> float:
         return StepTimes.read(out / f"{name}-{rep}.json").samples_per_second()
 
+    def cpu(name: str, rep: int) -> float:
+        return StepTimes.read(out / f"{name}-{rep}.json").cpu_seconds_per_step()
+
     defaults = [sps(DEFAULTS, rep) for rep in range(reps)]
     rows = []
     for i, label in enumerate(knobs):
         ratios = [sps(f"k{i}", rep) / defaults[rep] for rep in range(reps)]
+        cpu_ratios = [cpu(DEFAULTS, rep) / cpu(f"k{i}", rep) for rep in range(reps)]
+        cpu_note = (
+            "loader workers' CPU not counted"
+            if "num_workers" in label
+            else f"by CPU time {median(cpu_ratios):.3f}"
+        )
         rows.append(
             Row(
                 "tuning",
@@ -90,7 +99,7 @@ def run_knobs(
                 "current defaults (trainer/config.py)",
                 f"{median(defaults):,.0f} samples/s at the defaults",
                 "",
-                f"{model.describe()}, 2 processes; {spread(ratios)}",
+                f"{model.describe()}, 2 processes; wall clock, {spread(ratios)}; {cpu_note}",
             )
         )
     return rows

@@ -12,6 +12,7 @@ Run `python tests/e2e/dockerenv.py` to do the whole set-up by hand and print the
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import re
@@ -187,6 +188,12 @@ def ensure_wheels() -> None:
             f"run the tests with a Python {wanted} venv so the downloaded wheels fit the image"
         )
     wheel_dir().mkdir(parents=True, exist_ok=True)
+    # pip download resolves against PyPI every time (tens of seconds): skip it while the
+    # declared dependencies are the ones the cached wheels were downloaded for.
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + TORCH_VERSION.encode())
+    stamp = wheel_dir() / ".pyproject-sha256"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
     sh(
         sys.executable,
         "-m",
@@ -203,6 +210,7 @@ def ensure_wheels() -> None:
     )
     if not list(wheel_dir().glob(f"torch-{TORCH_VERSION}*.whl")):
         raise DockerSetupError(f"no torch {TORCH_VERSION} wheel in {wheel_dir()}")
+    stamp.write_text(digest.hexdigest())
 
 
 def _context_files() -> list[str]:
@@ -241,7 +249,10 @@ def make_context(dest: Path) -> None:
         shutil.copy2(src, target)
     wheels = dest / "wheels"
     wheels.mkdir(exist_ok=True)
-    (wheels / ".gitkeep").touch()
+    keep = wheels / ".gitkeep"
+    if not keep.exists():
+        keep.touch()
+        os.utime(keep, (0, 0))  # a fixed mtime keeps the COPY layer cached between builds
     for wheel in wheel_dir().glob("*.whl"):
         try:
             os.link(wheel, wheels / wheel.name)

@@ -37,6 +37,11 @@ def node_env() -> dict[str, str]:
     )
 
 
+def _groups(pod0: procs.Proc, pod1: procs.Proc, size: int) -> int:
+    """How many worker groups of `size` have started (rank 0 prints one line per group)."""
+    return sum(p.output().count(f"world size {size} (gloo") for p in (pod0, pod1))
+
+
 def test_lost_node_comes_back_and_the_job_completes(tmp_path: Path) -> None:
     ckpt_dir = tmp_path / "shared-pvc"  # both nodes see the host's filesystem
     argv = procs.kubeddp_argv("launch", "--", *ck.scenario_settings(ckpt_dir))
@@ -44,10 +49,13 @@ def test_lost_node_comes_back_and_the_job_completes(tmp_path: Path) -> None:
     nodes = netns.cluster([f"{JOB}-worker-0", f"{JOB}-worker-1"])
     with nodes as (node0, node1), procs.started(node0.wrap(argv), tmp_path / "0.log", env) as pod0:
         with procs.started(node1.wrap(argv), tmp_path / "1.log", env) as pod1:
-            first = ckpt_dir / f"ckpt-{10:08d}" / "COMPLETE"
-            procs.wait_until(first.exists, 150, "the first checkpoint at world size 2", pod0)
+            # min is 1: a node that starts late makes a group of one first; wait for two.
+            procs.wait_until(lambda: _groups(pod0, pod1, 2), 150, "a group of two", pod0)
+            before = set(ck.steps(ckpt_dir))
+            procs.wait_until(lambda: set(ck.steps(ckpt_dir)) - before, 60, "its checkpoint", pod0)
+            alone = _groups(pod0, pod1, 1)
             pod1.kill()  # the node is gone: agent and worker, no chance to save
-        pod0.wait_for_output(r"world size 1 \(gloo", 120)
+        procs.wait_until(lambda: _groups(pod0, pod1, 1) > alone, 120, "a group of one", pod0)
         with procs.started(node1.wrap(argv), tmp_path / "1-back.log", env) as pod1:
             code0 = pod0.wait(200)
             code1 = pod1.wait(60)

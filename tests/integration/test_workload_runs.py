@@ -34,6 +34,7 @@ def test_regression_learns(tmp_path: Path) -> None:
         tmp_path,
         "regression",
         "workload.name=regression",
+        "train.epochs=3",
         "train.max_steps=60",
         "train.log_every=20",
     )
@@ -60,6 +61,7 @@ def test_charlm_learns_on_a_small_corpus(tmp_path: Path) -> None:
         "workload.n_embd=32",
         "train.batch_size=16",
         "train.lr=0.01",
+        "train.epochs=5",
         "train.max_steps=40",
         "train.log_every=20",
     )

@@ -130,6 +130,39 @@ def test_to_cpu_copies_so_training_can_go_on_while_the_copy_is_written() -> None
     assert torch.equal(copy["steps"][0], torch.ones(1)) and copy["n"] == 3
 
 
+def test_to_cpu_reuses_the_memory_of_an_earlier_copy() -> None:
+    live = {"w": torch.zeros(4), "b": torch.zeros(2), "groups": [{"lr": 0.1}]}
+    first = ckpt.to_cpu(live)
+    live["w"].add_(1)
+    live["b"] = torch.zeros(3)  # another shape: a new tensor
+    second = ckpt.to_cpu(live, reuse=first)
+    assert second["w"] is first["w"] and torch.equal(second["w"], torch.ones(4))
+    assert second["b"] is not first["b"] and second["b"].shape == (3,)
+    assert second["groups"] == [{"lr": 0.1}]
+
+
+def test_snapshot_waits_for_the_write_that_still_uses_its_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = ckpt.AsyncCheckpointWriter(tmp_path, keep=5, config_yaml="")
+    gate = threading.Event()
+    real_write = ckpt.write_checkpoint
+
+    def slow_write(directory, step, state, config_yaml, keep):
+        gate.wait(10)
+        return real_write(directory, step, state, config_yaml, keep)
+
+    monkeypatch.setattr(ckpt, "write_checkpoint", slow_write)
+    live = {"w": torch.zeros(3)}
+    writer.save(1, writer.snapshot(live), blocking=False)
+    live["w"].add_(5)
+    threading.Timer(0.2, gate.set).start()
+    writer.snapshot(live)  # may only overwrite the buffers once step 1 is on disk
+    writer.wait()
+    saved = ckpt.load_state(ckpt.list_checkpoints(tmp_path)[0])
+    assert torch.equal(saved["w"], torch.zeros(3)), "step 1 was written with step 2's values"
+
+
 def test_async_writer_writes_in_the_background_one_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,7 +63,7 @@ def test_config_roundtrips_through_yaml(tmp_path: Path) -> None:
 
 
 ERRORS = {
-    "malformed yaml": ("train:\n  lr: [0.1\n", [], ["parsing a flow sequence at line 2", "not valid YAML", "config.yaml"]),
+    "malformed yaml": ("train:\n  lr: [0.1\n", [], ["flow sequence at line 2", "not valid YAML"]),
     "unknown key": ("train:\n  lrr: 0.1\n", [], ["'train.lrr'", "lr,"]),
     "unknown section": ("trian:\n  lr: 0.1\n", [], ["'trian'", "train"]),
     "wrong type": ("train:\n  batch_size: big\n", [], ["'train.batch_size'", "int", "'big'"]),

@@ -1,0 +1,141 @@
+"""Bad config and bad env through the real CLI: a non-zero exit and one error line, no traceback.
+
+The config is checked by `kubeddp launch` before it waits for the master or starts torchrun, so
+a typo fails in about a second with one line instead of one traceback per worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import procs
+
+pytestmark = pytest.mark.timeout(120)
+UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"
+ENV_KEEP = ("PATH", "HOME", "LANG", "PYTHONPATH")
+
+
+def run_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = None) -> procs.Finished:
+    """`kubeddp ARGS` with only `env` (plus PATH/HOME/...) set: no rendezvous vars leak in."""
+    full_env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    full_env.update(env or {})
+    log = tmp_path / f"cli-{len(list(tmp_path.glob('cli-*.log')))}.log"
+    return procs.run(procs.kubeddp_argv(*args), log, timeout=90, env=full_env)
+
+
+def error_lines(output: str) -> list[str]:
+    assert "Traceback" not in output, output
+    return [line for line in output.splitlines() if line.startswith("kubeddp") and "error" in line]
+
+
+def assert_one_error(done: procs.Finished, code: int, *mentions: str) -> str:
+    assert done.code == code, done.output
+    lines = error_lines(done.output)
+    assert len(lines) == 1, done.output
+    for word in mentions:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+CONFIG_FILES = {
+    "malformed yaml": ("train:\n  lr: [0.1\n", ["not valid YAML", "line 2"]),
+    "unknown key": ("train:\n  learning_rate: 0.1\n", ["'train.learning_rate'", "known here"]),
+    "wrong type": ("train:\n  batch_size: 1.5\n", ["'train.batch_size'", "int", "1.5"]),
+    "bad enum": ("ddp:\n  backend: mpi\n", ["'ddp.backend'", "'mpi'", "nccl, gloo"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_FILES))
+def test_bad_config_file(case, tmp_path: Path) -> None:
+    text, mentions = CONFIG_FILES[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    done = run_cli(tmp_path, ["train", "--nproc", "2", "--config", str(path)])
+    assert_one_error(done, 2, "kubeddp launch: error:", *mentions)
+
+
+@pytest.mark.parametrize(
+    "override,mentions",
+    [
+        ("train.lr", ["'train.lr'", "section.key=value"]),
+        ("lr=0.1", ["'lr=0.1'", "section.key"]),
+        ("train.optimizer=lamb", ["'lamb'", "adamw, sgd"]),
+        ("checkpoint.keep=zero", ["'checkpoint.keep'", "'zero'"]),
+    ],
+)
+def test_bad_set(override, mentions, tmp_path: Path) -> None:
+    done = run_cli(tmp_path, ["train", "--nproc", "2", "--set", override])
+    assert_one_error(done, 2, *mentions)
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    done = run_cli(tmp_path, ["launch", "--", "--config", str(missing)])
+    assert_one_error(done, 2, f"cannot read config file {missing}", "No such file")
+    done = run_cli(tmp_path, ["launch", "--", "--config", str(tmp_path)])
+    assert_one_error(done, 2, f"cannot read config file {tmp_path}")
+
+
+def test_bad_config_from_env_variable(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("metrics:\n  prot: 9400\n")
+    done = run_cli(tmp_path, ["launch"], env={"KUBEDDP_CONFIG": str(path)})
+    assert_one_error(done, 2, "'metrics.prot'")
+
+
+def worker_pod_env(master_addr: str, port: int) -> dict[str, str]:
+    """Worker-0 of PyTorchJob `demo` (Master 1 + Worker 1, nprocPerNode 1), per the CSV."""
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_ADDR": master_addr,
+        "PET_MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(port),
+        "PET_MASTER_PORT": str(port),
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "PET_NODE_RANK": "1",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NNODES": "2",
+    }
+
+
+def test_unresolvable_master_exits_3(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, ["launch", "--rdzv-wait", "3"], worker_pod_env(UNRESOLVABLE, 23456))
+    assert_one_error(done, 3, f"{UNRESOLVABLE}:23456 does not resolve after 3s", "kubectl get")
+
+
+def test_master_name_resolves_but_port_closed_exits_3(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = run_cli(tmp_path, ["launch", "--rdzv-wait", "3"], worker_pod_env("localhost", port))
+    assert_one_error(done, 3, f"localhost:{port} does not accept on port {port} after 3s")
+
+
+def test_bad_wait_seconds_env(tmp_path: Path) -> None:
+    env = {**worker_pod_env("localhost", 23456), "KUBEDDP_RDZV_WAIT_SECONDS": "ten"}
+    done = run_cli(tmp_path, ["launch"], env)
+    assert_one_error(done, 2, "KUBEDDP_RDZV_WAIT_SECONDS='ten'")
+
+
+def test_inconsistent_env_without_dry_run(tmp_path: Path) -> None:
+    env = {**worker_pod_env("localhost", 23456), "WORLD_SIZE": "3"}
+    done = run_cli(tmp_path, ["launch"], env)
+    assert_one_error(done, 2, "WORLD_SIZE=3", "PET_NNODES=2")
+
+
+@pytest.mark.slow
+def test_missing_corpus_is_one_line_per_rank(tmp_path: Path) -> None:
+    # Found only when the workers build the workload: no traceback, exit 2, one line per rank.
+    args = ["train", "--nproc", "2", "--set", "workload.corpus=/nonexistent/corpus.txt"]
+    args += ["--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"]
+    done = run_cli(tmp_path, args)
+    assert done.code == 2, done.output
+    lines = error_lines(done.output)
+    assert sorted(line.split(":")[1] for line in lines) == [" error (rank 0)", " error (rank 1)"]
+    assert all("'/nonexistent/corpus.txt' is not a file or directory" in line for line in lines)
