@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
 from kubeddp.trainer.config import DDPConfig
 
 

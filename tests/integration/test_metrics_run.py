@@ -24,26 +24,27 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.readme import readme_section
+
 REPO = Path(__file__).resolve().parents[2]
 KUBEDDP = REPO / ".venv" / "bin" / "kubeddp"
-README_TABLE = REPO / "docs" / "readme" / "metrics.md"
 LOG_STEP = re.compile(r"^step (\d+)/(\d+) \|", re.MULTILINE)
 METRICS_URL = re.compile(r"\[kubeddp\] metrics: (http://\S+/metrics)")
 COUNTERS = ("kubeddp_samples_total", "kubeddp_data_wait_seconds_total")
 
 
 def readme_metric_names() -> list[str]:
-    """Metric names in the first table of docs/readme/metrics.md (what /metrics must serve)."""
+    """Metric names in the README's first Metrics table (what /metrics must serve)."""
     names: list[str] = []
     in_table = False
-    for line in README_TABLE.read_text().splitlines():
+    for line in readme_section("Metrics").splitlines():
         row = re.match(r"^\| `(kubeddp_[a-z0-9_]+)` \|", line)
         if row:
             names.append(row.group(1))
             in_table = True
         elif in_table and not line.startswith("|"):
             break
-    assert len(names) >= 14, f"README metrics table not found in {README_TABLE}"
+    assert len(names) >= 14, "README metrics table not found"
     return names
 
 

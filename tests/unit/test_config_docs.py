@@ -1,4 +1,4 @@
-"""docs/readme/launch.md's configuration reference lists every key with its true default."""
+"""The README's configuration reference lists every key with its true default."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from kubeddp.trainer.config import CHOICES, Config
 
 pytestmark = pytest.mark.timeout(30)
-DOC = Path(__file__).resolve().parents[2] / "docs" / "readme" / "launch.md"
+DOC = Path(__file__).resolve().parents[2] / "README.md"
 ROW_RE = re.compile(r"^\| `([a-z_]+\.[a-z_]+)` \| `([^`]*)` \| (.+) \|$")
 
 

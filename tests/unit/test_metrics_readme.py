@@ -1,4 +1,4 @@
-"""The README metrics table (docs/readme/metrics.md) lists exactly what a worker exports."""
+"""The README metrics table (README.md, "## Metrics") lists exactly what a worker exports."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from prometheus_client.multiprocess import MultiProcessCollector
 
-README = Path(__file__).resolve().parents[2] / "docs" / "readme" / "metrics.md"
+from tests.helpers.readme import readme_section
+
 ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
 RECORD = textwrap.dedent(
     """
@@ -31,7 +32,7 @@ def readme_tables() -> list[dict[str, tuple[str, set[str]]]]:
     """Each metrics table: name -> (type, label names)."""
     tables: list[dict[str, tuple[str, set[str]]]] = []
     current: dict[str, tuple[str, set[str]]] = {}
-    for line in README.read_text().splitlines():
+    for line in readme_section("Metrics").splitlines():
         row = ROW.match(line)
         if row:
             labels = set(re.findall(r"`(\w+)`", row.group(3)))

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, RandomSampler
+
 from kubeddp.trainer.config import ConfigError, WorkloadConfig
 from kubeddp.trainer.workloads import Workload, WorkloadError, build_workload
-from torch.utils.data import DataLoader, RandomSampler
 
 EXAMPLES = "kubeddp.trainer.workloads.examples"
 pytestmark = pytest.mark.timeout(120)

@@ -1,6 +1,6 @@
 """Bring-your-own workload: `workload.model` and `workload.data` name factories to import.
 
-Protocol (docs/readme/workloads.md has an example):
+Protocol (the README's Workloads section has an example):
 - model factory `f(cfg: WorkloadConfig)` returns an `nn.Module` whose `forward(batch)` returns
   the scalar loss, or a tuple `(module, loss_fn)` with `loss_fn(model, batch) -> loss`;
 - data factory `g(cfg: WorkloadConfig)` returns a map-style dataset (train only, no eval) or a
