@@ -20,8 +20,9 @@ ARG PIP_OFFLINE=0
 ARG CA_BUNDLE=
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# wheels/ always exists (.gitkeep); CA_BUNDLE, when empty, adds nothing to this COPY.
-COPY wheels/ ${CA_BUNDLE} /tmp/build-inputs/
+# wheels/ always exists (it holds .gitkeep). An empty COPY source would mean the whole
+# context, so an unset CA_BUNDLE names .gitkeep again instead.
+COPY wheels/ ${CA_BUNDLE:-wheels/.gitkeep} /tmp/build-inputs/
 
 # pip settings for this stage only, written once so every RUN below uses them.
 ENV PIP_CONFIG_FILE=/tmp/build-inputs/pip.conf

@@ -411,8 +411,28 @@ def build_pvc(spec: JobSpec) -> dict:
 
 def podmonitor_endpoint(kind: str) -> dict:
     if kind == "trainjob":
-        # A TrainJob cannot add a named container port through runtimePatches: use the number.
-        return {"targetPort": C.METRICS_PORT, "path": "/metrics"}
+        # A TrainJob cannot declare the metrics port (runtimePatches has no ports), and
+        # Prometheus only discovers declared ports: keep the target of the trainer's declared
+        # port and point its address at the metrics port of the same pod.
+        return {
+            "path": "/metrics",
+            "relabelings": [
+                {
+                    "sourceLabels": [
+                        "__meta_kubernetes_pod_container_name",
+                        "__meta_kubernetes_pod_container_port_number",
+                    ],
+                    "regex": f"{C.TRAINJOB_CONTAINER};{C.TRAINJOB_PORT}",
+                    "action": "keep",
+                },
+                {
+                    "sourceLabels": ["__meta_kubernetes_pod_ip"],
+                    "regex": "(.+)",
+                    "targetLabel": "__address__",
+                    "replacement": f"$1:{C.METRICS_PORT}",
+                },
+            ],
+        }
     return {"port": C.METRICS_PORT_NAME, "path": "/metrics"}
 
 

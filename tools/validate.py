@@ -80,13 +80,15 @@ def _podmonitor_issues(doc: dict) -> list[tuple[str, str]]:
         issues.append(("spec.podMetricsEndpoints", "is missing; add one with port: metrics"))
     else:
         for index, endpoint in enumerate(endpoints):
+            # Without a port the endpoint scrapes every declared port; relabelings must then
+            # pick the target and address (what the TrainJob PodMonitor does).
             if not isinstance(endpoint, dict) or not (
-                {"port", "targetPort", "portNumber"} & set(endpoint)
+                {"port", "targetPort", "portNumber", "relabelings"} & set(endpoint)
             ):
                 issues.append(
                     (
                         f"spec.podMetricsEndpoints[{index}]",
-                        "needs port (a name), portNumber or targetPort",
+                        "needs port (a name), portNumber, targetPort or relabelings",
                     )
                 )
     return issues

@@ -254,7 +254,7 @@ def bench_startup(work: Path, model: CharLM, steps: int, reps: int, timeout: flo
 def bench_scaling(work: Path, model: CharLM, steps: int, reps: int, timeout: float) -> list[Row]:
     """1 -> 2 processes, one intra-op thread each: the 2-process run uses exactly twice the
     cores, so the ideal is 2x samples/s (per-process batch fixed, as DDP users scale)."""
-    efficiencies, one, two = [], [], []
+    efficiencies, one, two, cpu_eff = [], [], [], []
     for rep in range(reps):
         runs = {}
         for nproc in (1, 2) if rep % 2 == 0 else (2, 1):
@@ -263,6 +263,8 @@ def bench_scaling(work: Path, model: CharLM, steps: int, reps: int, timeout: flo
         one.append(runs[1].samples_per_second())
         two.append(runs[2].samples_per_second())
         efficiencies.append(two[-1] / (2 * one[-1]))
+        cpu_eff.append(runs[1].cpu_seconds_per_step() / runs[2].cpu_seconds_per_step())
+    what = f"{model.describe()} per process, 1 thread per process (1 vs 2 cores)"
     return [
         Row(
             "scaling",
@@ -271,9 +273,18 @@ def bench_scaling(work: Path, model: CharLM, steps: int, reps: int, timeout: flo
             "ideal linear scaling from the 1-process run",
             f"{median(two):,.0f} vs {median(one):,.0f} samples/s",
             "",
-            f"{model.describe()} per process, 1 thread per process (1 vs 2 cores); "
-            f"{spread(efficiencies)}",
-        )
+            f"{what}; wall clock; {spread(efficiencies)}",
+        ),
+        Row(
+            "scaling",
+            "CPU per step and process, 1-process / 2-process",
+            median(cpu_eff),
+            "the 1-process run's CPU time per step (rank 0)",
+            "",
+            "",
+            f"{what}; the CPU work DDP adds (gradient sync, bucket copies), blind to waiting: "
+            f"the efficiency an idle machine could reach; {spread(cpu_eff)}",
+        ),
     ]
 
 

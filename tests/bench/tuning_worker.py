@@ -1,7 +1,8 @@
 """Run kubeddp's Trainer several times in one torchrun job, one config per run.
 
 Start-up (imports, process group) is paid once, so many knob settings fit in a few minutes.
-Runs go rep-major (every config once, then again), so machine-load drifts hit all configs.
+Runs go rep-major (every config once, then again, in a rotated order), so machine-load drifts
+hit all configs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def main() -> None:
     configs: list[tuple[str, list[str]]] = json.loads(args.configs)
     ctx = None
     for rep in range(args.reps):
-        for name, overrides in configs:
+        shift = rep % len(configs)  # rotate, so no config always runs first (cold caches)
+        for name, overrides in configs[shift:] + configs[:shift]:
             tag = f"{name}-{rep}"
             cfg = load_config(None, [*base, *overrides, f"checkpoint.dir={out / (tag + '-ckpt')}"])
             if ctx is None:

@@ -106,6 +106,7 @@ def test_chart_constants_agree_with_trainer_constants() -> None:
         "indexedjobNameLabel": C.INDEXEDJOB_NAME_LABEL,
         "indexedjobIndexLabel": C.INDEXEDJOB_INDEX_LABEL,
         "masterAddrEnv": C.ENV_INDEXEDJOB_MASTER_ADDR,
+        "trainjobPort": C.TRAINJOB_PORT,
         "entrypoint": list(C.IMAGE_ENTRYPOINT),
         "masterPortEnv": C.ENV_INDEXEDJOB_MASTER_PORT,
         "nnodesEnv": C.ENV_INDEXEDJOB_NNODES,

@@ -28,6 +28,7 @@ trainjobNameLabel: jobset.sigs.k8s.io/jobset-name
 indexedjobNameLabel: batch.kubernetes.io/job-name
 indexedjobIndexLabel: batch.kubernetes.io/job-completion-index
 masterAddrEnv: KUBEDDP_MASTER_ADDR
+trainjobPort: 29500
 entrypoint: ["tini", "--", "kubeddp", "launch"]
 masterPortEnv: KUBEDDP_MASTER_PORT
 nnodesEnv: KUBEDDP_NNODES
