@@ -43,25 +43,22 @@ RUN case "${VARIANT}" in \
     /opt/venv/bin/pip install --no-cache-dir --index-url "${torch_index}" --extra-index-url "${PIP_INDEX_URL}" \
       "torch==${TORCH_VERSION}"
 
-# kubeddp's dependencies from pyproject.toml alone (a stub package), so this layer stays cached
-# while only the code changes; then kubeddp itself without dependencies.
+# kubeddp's dependencies, read from pyproject.toml alone (tomllib: Python >= 3.11), so this layer
+# stays cached while only the code changes; then kubeddp itself without dependencies.
 COPY pyproject.toml /tmp/deps/
-COPY trainer/__init__.py /tmp/deps/trainer/
-RUN mkdir -p /tmp/deps/kubeddp /tmp/deps/tools /tmp/deps/trainer/workloads; \
-    touch /tmp/deps/README.md /tmp/deps/kubeddp/__init__.py /tmp/deps/tools/__init__.py \
-      /tmp/deps/trainer/workloads/__init__.py; \
-    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" /tmp/deps; \
-    /opt/venv/bin/pip uninstall --yes kubeddp; \
+RUN /opt/venv/bin/python -c "import tomllib; project = tomllib.load(open('/tmp/deps/pyproject.toml', 'rb'))['project']; print('\n'.join(project['dependencies']))" \
+      > /tmp/deps/requirements.txt; \
+    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" -r /tmp/deps/requirements.txt; \
     rm -rf /tmp/deps
 COPY pyproject.toml /src/
 COPY kubeddp/ /src/kubeddp/
 COPY trainer/ /src/trainer/
 COPY tools/ /src/tools/
-# setuptools reads the readme named in pyproject.toml; the image does not need its text.
+# A wheel of kubeddp, installed in the runtime stage: a code change then adds a small layer
+# there instead of a new copy of the whole venv. setuptools reads the readme that
+# pyproject.toml names; the image does not need its text.
 RUN touch /src/README.md; \
-    /opt/venv/bin/pip install --no-cache-dir --no-deps /src; \
-    /opt/venv/bin/pip check; \
-    /opt/venv/bin/python -c "import kubeddp.trainer.launch, kubeddp.tools.cli"
+    /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /tmp/dist /src
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
@@ -80,6 +77,11 @@ RUN if ! command -v tini > /dev/null; then \
     chown 1000:1000 /checkpoints; \
     chmod 0775 /checkpoints
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /tmp/dist/ /tmp/dist/
+RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl; \
+    rm -rf /tmp/dist; \
+    /opt/venv/bin/pip check; \
+    /opt/venv/bin/python -c "import kubeddp.trainer.launch, kubeddp.tools.cli"
 
 # Every path written at run time lies under /tmp or /checkpoints, so the container runs with
 # a read-only root filesystem (mount a tmpfs at /tmp and a volume at /checkpoints).

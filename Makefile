@@ -5,10 +5,13 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 # Optional extra index for torch, e.g. https://download.pytorch.org/whl/cpu on a CPU-only laptop.
 TORCH_INDEX ?=
-IMAGE ?= kubeddp
-TAG ?= $(shell $(PYTHON) -c "import re;print(re.search(r'__version__ = \"(.+)\"', open('trainer/__init__.py').read())[1])")
+IMAGE ?= ghcr.io/kubeddp/kubeddp
+VERSION ?= $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' trainer/__init__.py)
+REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+CREATED ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(CREATED)
 
-.PHONY: setup demo test test-fast lint bench k8s image image-cpu chart-lint e2e-kind clean
+.PHONY: setup demo test test-fast lint bench k8s image image-cpu chart-lint e2e-kind test-image clean
 
 setup: $(VENV)/.installed
 
@@ -54,11 +57,16 @@ bench: setup
 k8s: setup
 	$(BIN)/python -m kubeddp.tools.gen_k8s
 
+# The GPU image (CUDA torch from PyPI) and the CPU image (also tagged kubeddp:cpu, the name
+# k8s/pytorchjob-cpu-gloo.yaml and the kind CI use).
 image:
-	docker build -t $(IMAGE):$(TAG) .
+	docker build $(IMAGE_ARGS) --build-arg VARIANT=cuda -t $(IMAGE):$(VERSION) .
 
 image-cpu:
-	docker build --build-arg VARIANT=cpu -t $(IMAGE):cpu .
+	docker build $(IMAGE_ARGS) --build-arg VARIANT=cpu -t $(IMAGE):$(VERSION)-cpu -t kubeddp:cpu .
+
+test-image: setup
+	$(BIN)/python -m pytest -q tests/e2e
 
 clean:
 	rm -rf checkpoints bench-results .pytest_cache

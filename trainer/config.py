@@ -173,6 +173,8 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
     elif typ is str:
         if isinstance(value, str):
             return value
+        if value is False and "off" in CHOICES.get(path, ()):
+            return "off"  # YAML 1.1 reads a bare `off` as false
     elif isinstance(typ, types.UnionType):
         return value
     name = getattr(typ, "__name__", str(typ))

@@ -181,8 +181,8 @@ def launch_main(argv: list[str]) -> int:
     try:
         gpus = (
             _gpu_count
-            if not args.dry_run or env.get("KUBEDDP_DRY_RUN_GPUS") is None
-            else (lambda: _env_number(env, "KUBEDDP_DRY_RUN_GPUS", int))
+            if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
+            else (lambda: _env_number(env, constants.ENV_DRY_RUN_GPUS, int))
         )
         plan = plan_from_env(
             env,

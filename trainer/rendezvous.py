@@ -330,7 +330,9 @@ def torchrun_argv(
     """The torchrun command line the plan stands for (launch runs it in process)."""
     args = ["torchrun", f"--nproc-per-node={plan.nproc_per_node}"]
     if plan.standalone:
-        args += ["--standalone"]
+        # One node: keep the store on loopback, so a host name that does not resolve
+        # (`docker run --network none`) cannot stall the rendezvous.
+        args += ["--standalone", "--local-addr=127.0.0.1"]
     elif plan.rdzv_backend == "static":
         args += [
             f"--nnodes={plan.nnodes}",

@@ -51,12 +51,6 @@ def test_bare_run_trains_with_two_workers(docker: dockerenv.DockerRun) -> None:
     log.assert_trained(world_size=2)
 
 
-@pytest.mark.xfail(
-    reason="kubeddp launch's standalone plan lets torchrun publish the container hostname as "
-    "the store address, which does not resolve under --network none (c10d then waits 600 s); "
-    "torchrun --local-addr 127.0.0.1 fixes it (trainer/rendezvous.py)",
-    strict=False,
-)
 @pytest.mark.timeout(300)
 def test_run_without_any_network(docker: dockerenv.DockerRun) -> None:
     """`docker run --network none`: one node needs no network beyond loopback."""

@@ -106,3 +106,10 @@ def test_parse_override_types() -> None:
     assert parse_override("train.lr=0.5") == (["train", "lr"], 0.5)
     assert parse_override("checkpoint.dir=/a=b") == (["checkpoint", "dir"], "/a=b")
     assert parse_override("metrics.pushgateway=") == (["metrics", "pushgateway"], "")
+
+
+def test_bare_off_reads_as_the_off_choice_not_a_bool() -> None:
+    # YAML 1.1 reads a bare `off` as false; for a field whose choices include "off" it means "off".
+    assert load_config(None, ["train.amp=off"]).train.amp == "off"
+    with pytest.raises(ConfigError, match="'ddp.backend' must be str"):
+        load_config(None, ["ddp.backend=off"])
