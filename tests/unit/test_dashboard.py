@@ -3,33 +3,19 @@ and PromQL that names only metrics the trainer really exports (and parses, with 
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.multiprocess import MultiProcessCollector
+
+from tests.helpers.metrics import exported_families
 
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "charts" / "kubeddp" / "dashboards" / "kubeddp.json"
-)
-RECORD = textwrap.dedent(
-    """
-    from kubeddp.trainer.config import MetricsConfig
-    from kubeddp.trainer.metrics import TrainingMetrics
-    m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
-    m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
-              data_wait_seconds=0.0)
-    m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
-    m.close()
-    """
 )
 PROMQL_FUNCTIONS = {
     "rate", "increase", "sum", "avg", "max", "min", "count", "histogram_quantile", "time",
@@ -54,10 +40,7 @@ def exprs() -> list[str]:
 
 
 def exported_sample_names(tmp_path: Path) -> set[str]:
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    subprocess.run([sys.executable, "-c", RECORD], env=env, check=True, timeout=60)
-    files = glob.glob(os.path.join(tmp_path, "*.db"))
-    return {s.name for f in MultiProcessCollector.merge(files) for s in f.samples}
+    return {s.name for f in exported_families(tmp_path) for s in f.samples}
 
 
 def names_in(expr: str) -> tuple[set[str], set[str]]:

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import glob
-import os
 import re
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-from prometheus_client.multiprocess import MultiProcessCollector
-
+from tests.helpers.metrics import exported_families
 from tests.helpers.readme import readme_section
 
 ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
-RECORD = textwrap.dedent(
-    """
-    from kubeddp.trainer.config import MetricsConfig
-    from kubeddp.trainer.metrics import TrainingMetrics
-    m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
-    m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
-              data_wait_seconds=0.0)
-    m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
-    m.close()
-    """
-)
 
 
 def readme_tables() -> list[dict[str, tuple[str, set[str]]]]:
@@ -46,10 +29,8 @@ def readme_tables() -> list[dict[str, tuple[str, set[str]]]]:
 
 
 def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    subprocess.run([sys.executable, "-c", RECORD], env=env, check=True, timeout=60)
     out = {}
-    for family in MultiProcessCollector.merge(glob.glob(os.path.join(tmp_path, "*.db"))):
+    for family in exported_families(tmp_path):
         name = family.name + ("_total" if family.type == "counter" else "")
         labels = {k for s in family.samples for k in s.labels if k != "le"}
         out[name] = (family.type, labels)
