@@ -8,7 +8,6 @@ import math
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,19 +23,17 @@ from kubeddp.trainer import constants
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.distributed import DistContext, switch_to_training_timeout
 from kubeddp.trainer.metrics import TrainingMetrics
+from kubeddp.trainer.preemption import (
+    STOP_NONE,
+    STOP_PREEMPT,
+    STOP_SAVE_FAILED,
+    Preempted,
+    StopVote,
+)
 from kubeddp.trainer.progress import Progress, fmt_duration
 from kubeddp.trainer.sampler import ResumableDistributedSampler
 from kubeddp.trainer.schedule import build_optimizer, build_scheduler
 from kubeddp.trainer.workloads import Workload, build_workload
-
-STOP_NONE, STOP_PREEMPT, STOP_SAVE_FAILED = 0, 1, 2
-
-
-class Preempted(SystemExit):
-    """Raised after the preemption checkpoint is saved; exit code is retryable (>= 128)."""
-
-    def __init__(self) -> None:
-        super().__init__(constants.PREEMPTED_EXIT_CODE)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -69,25 +66,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
-
-
-def _start_grace_timer(seconds: float) -> None:
-    """Exit 143 `seconds` after SIGTERM even if the preemption save has not finished (a step or
-    a collective may hang): the previous checkpoint is intact, and a later SIGKILL would not
-    say why."""
-
-    def expire() -> None:
-        print(
-            f"[kubeddp] SIGTERM: no checkpoint within checkpoint.preempt_grace_seconds="
-            f"{seconds:g}; exiting without it (the previous checkpoint is kept)",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(constants.PREEMPTED_EXIT_CODE)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
 
 
 class Trainer:
@@ -139,8 +117,7 @@ class Trainer:
         self.consumed = 0  # global samples of the current epoch already trained
         self.sample_record: dict[int, list[int]] = {}
         self.stop_reason = STOP_NONE
-        self._signal_stop = False
-        self._stop_vote: tuple[Any, torch.Tensor] | None = None  # in-flight all_reduce, flag
+        self.stop_vote = StopVote(ctx.device, ctx.distributed, cfg.checkpoint.preempt_grace_seconds)
         self._timeout_switched = False
         self._eval_step = -1
         self.first_loss: float | None = None
@@ -306,38 +283,6 @@ class Trainer:
         return this_epoch + self.steps_per_epoch * (t.epochs - self.epoch - 1)
 
     # ---- loop --------------------------------------------------------------------------
-    def _on_sigterm(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
-        if not self._signal_stop:
-            self._signal_stop = True
-            _start_grace_timer(self.cfg.checkpoint.preempt_grace_seconds)
-
-    def _agree_stop(self) -> int:
-        """All ranks must stop at the same step, or the others hang in the next collective.
-
-        Each step's vote is all-reduced in the background while the next step computes, and
-        every rank acts on the previous step's result: a stop lands one step later, but a
-        blocking round trip per step (~1.5 ms with gloo, measured by tests/bench) is gone."""
-        local = STOP_PREEMPT if self._signal_stop else self.stop_reason
-        if not self.ctx.distributed:
-            return local
-        flag = torch.tensor([local], device=self.ctx.device)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
-        previous, self._stop_vote = self._stop_vote, (work, flag)
-        return self._wait_vote(previous)
-
-    def _drain_stop_vote(self) -> int:
-        """Wait for the vote still in flight (before teardown, or when leaving the loop)."""
-        previous, self._stop_vote = self._stop_vote, None
-        return self._wait_vote(previous)
-
-    @staticmethod
-    def _wait_vote(vote: tuple[Any, torch.Tensor] | None) -> int:
-        if vote is None:
-            return STOP_NONE
-        work, flag = vote
-        work.wait()
-        return int(flag.item())
-
     def _mean_over_ranks(self, value: float) -> float:
         if not self.ctx.distributed:
             return value
@@ -404,7 +349,7 @@ class Trainer:
         """Train to the end (or until preempted); return the process exit code."""
         t, ctx = self.cfg.train, self.ctx
         previous = (
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            signal.signal(signal.SIGTERM, self.stop_vote.on_sigterm)
             if threading.current_thread() is threading.main_thread()
             else None
         )
@@ -423,9 +368,9 @@ class Trainer:
             while self.step < self.total_steps and self.epoch < t.epochs:
                 code = self._run_epoch()
                 if code:
-                    self._drain_stop_vote()
+                    self.stop_vote.drain()
                     return code
-            self._drain_stop_vote()  # a stop voted during the last step comes too late to act
+            self.stop_vote.drain()  # a stop voted during the last step comes too late to act
             if self._eval_step != self.step:
                 self.evaluate()
             self.save(blocking=True)
@@ -553,12 +498,12 @@ class Trainer:
     def _after_step(self) -> int:
         t, c = self.cfg.train, self.cfg.checkpoint
         self._check_writer()
-        stop = self._agree_stop()
+        stop = self.stop_vote.vote(self.stop_reason)
         if stop == STOP_PREEMPT:
             self.progress.log(
                 f"[kubeddp] SIGTERM: saving a checkpoint at step {self.step} before exiting"
             )
-            self._drain_stop_vote()
+            self.stop_vote.drain()
             self.save(blocking=True)
             raise Preempted()
         if stop == STOP_SAVE_FAILED:

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after the config is known good: torch takes a second or two to import.
     from kubeddp.trainer.checkpoint import CheckpointError
     from kubeddp.trainer.distributed import DistributedSetupError, init_distributed, teardown
-    from kubeddp.trainer.loop import Preempted, Trainer
+    from kubeddp.trainer.loop import Trainer
+    from kubeddp.trainer.preemption import Preempted
 
     try:
         ctx = init_distributed(cfg.ddp)
