@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import ConfigError, load_config
+from kubeddp.trainer.cpus import available_cpus, threads_per_worker
 from kubeddp.trainer.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.rendezvous import RendezvousError, RendezvousPlan, plan_from_env
 from kubeddp.trainer.wait import RendezvousHostUnreachable, wait_for_host
@@ -114,6 +115,9 @@ def run_torchrun(plan: RendezvousPlan, preempt_grace: float | None = None) -> in
     # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
     # issue 135712). A store per worker group makes --max-restarts work.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
+        threads = threads_per_worker(plan.nproc_per_node, available_cpus())
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
     args = torchrun_args(plan, preempt_grace)
     try:
         run(args)
