@@ -8,17 +8,14 @@ hit all configs.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
+import sys
 from pathlib import Path
 
 import torch.distributed as dist
 
-from kubeddp.trainer import constants
-from kubeddp.trainer.config import load_config
-from kubeddp.trainer.distributed import init_distributed
-from kubeddp.trainer.loop import Trainer
+sys.path.insert(0, str(Path(__file__).parent))  # torchrun runs this file as a script
+from overhead_worker import run_trainer  # noqa: E402
 
 
 def main() -> None:
@@ -36,17 +33,8 @@ def main() -> None:
         shift = rep % len(configs)  # rotate, so no config always runs first (cold caches)
         for name, overrides in configs[shift:] + configs[:shift]:
             tag = f"{name}-{rep}"
-            cfg = load_config(None, [*base, *overrides, f"checkpoint.dir={out / (tag + '-ckpt')}"])
-            if ctx is None:
-                ctx = init_distributed(cfg.ddp)
-            os.environ[constants.ENV_SUMMARY_FILE] = str(out / f"{tag}.json")
-            trainer = Trainer(cfg, ctx)
-            try:
-                trainer.fit()
-            finally:
-                trainer.close()
-                del trainer
-                gc.collect()
+            overrides = [*base, *overrides, f"checkpoint.dir={out / (tag + '-ckpt')}"]
+            ctx = run_trainer(overrides, out / f"{tag}.json", ctx)
             dist.barrier()
     dist.destroy_process_group()
 

@@ -19,6 +19,7 @@ import yaml
 from kubeddp.tools.jobspec import JobSpec, check_spec
 from kubeddp.tools.manifests import build_manifests
 from kubeddp.tools.validate import validate_documents
+from tests.helpers.manifest_paths import PYTORCHJOB_MASTER_POD, TRAINJOB_POD
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / ".." / "shared" / "reference" / "crds"
@@ -146,21 +147,8 @@ def at(doc: dict, path: list):
     return doc
 
 
-PT_POD = ["spec", "pytorchReplicaSpecs", "Master", "template", "spec"]
-TJ_POD = [
-    "spec",
-    "runtimePatches",
-    0,
-    "trainingRuntimeSpec",
-    "template",
-    "spec",
-    "replicatedJobs",
-    0,
-    "template",
-    "spec",
-    "template",
-    "spec",
-]
+PT_POD = PYTORCHJOB_MASTER_POD
+TJ_POD = TRAINJOB_POD
 # (kind, where, key, value): set doc[where][key] = value; every one is invalid per the CRD.
 BAD_EDITS = [
     ("pytorchjob", ["spec"], "nprocsPerNode", "2"),  # typo'd field

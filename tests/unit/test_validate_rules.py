@@ -13,6 +13,7 @@ import yaml
 from kubeddp.tools.cli import main
 from kubeddp.tools.jobspec import JobSpec
 from kubeddp.tools.manifests import build_manifests
+from tests.helpers.manifest_paths import PYTORCHJOB_REPLICAS, TRAINJOB_POD
 
 
 def job_of(kind: str, **options) -> dict:
@@ -53,21 +54,7 @@ def _delete(path: list):
     return change
 
 
-REPLICAS = ["spec", "pytorchReplicaSpecs"]
-TRAINJOB_POD = [
-    "spec",
-    "runtimePatches",
-    0,
-    "trainingRuntimeSpec",
-    "template",
-    "spec",
-    "replicatedJobs",
-    0,
-    "template",
-    "spec",
-    "template",
-    "spec",
-]
+REPLICAS = PYTORCHJOB_REPLICAS
 BAD = {
     "master-replicas-2": (
         pytorchjob(nodes=2),
