@@ -91,17 +91,25 @@ def preempt_grace_seconds(worker_args: list[str]) -> float:
         return float(constants.PREEMPT_GRACE_SECONDS)
 
 
-def torchrun_args(plan: RendezvousPlan, preempt_grace: float | None = None) -> argparse.Namespace:
-    """torchrun's parsed arguments for the plan, with a shutdown timeout that fits the save."""
+def shutdown_timeout_env(preempt_grace: float | None = None) -> dict[str, str]:
+    """TORCH_ELASTIC_SHUTDOWN_TIMEOUT sized to the preemption save, unless the user set one.
+
+    On SIGTERM the agent gives workers this long before SIGKILL: the save (bounded by the
+    workers' own grace timer) must fit in it. An environment variable rather than torchrun's
+    --shutdown-timeout flag, which only some torch versions have; torch versions without the
+    setting keep their fixed 30 s.
+    """
+    if "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in os.environ or os.environ.get("PET_SHUTDOWN_TIMEOUT"):
+        return {}
+    grace = constants.PREEMPT_GRACE_SECONDS if preempt_grace is None else preempt_grace
+    return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(math.ceil(grace) + SHUTDOWN_MARGIN_SECONDS)}
+
+
+def torchrun_args(plan: RendezvousPlan) -> argparse.Namespace:
+    """torchrun's parsed arguments for the plan (the installed torch's own parser)."""
     from torch.distributed.run import get_args_parser
 
-    args = get_args_parser().parse_args(plan.argv[1:])
-    if args.shutdown_timeout is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
-        # On SIGTERM the agent gives workers this long before SIGKILL: the preemption save
-        # (bounded by the workers' own grace timer) must fit in it.
-        grace = constants.PREEMPT_GRACE_SECONDS if preempt_grace is None else preempt_grace
-        args.shutdown_timeout = math.ceil(grace) + SHUTDOWN_MARGIN_SECONDS
-    return args
+    return get_args_parser().parse_args(plan.argv[1:])
 
 
 def run_torchrun(plan: RendezvousPlan, preempt_grace: float | None = None) -> int:
@@ -118,7 +126,8 @@ def run_torchrun(plan: RendezvousPlan, preempt_grace: float | None = None) -> in
     if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
         threads = threads_per_worker(plan.nproc_per_node, available_cpus())
         os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
-    args = torchrun_args(plan, preempt_grace)
+    os.environ.update(shutdown_timeout_env(preempt_grace))
+    args = torchrun_args(plan)
     try:
         run(args)
     except ChildFailedError as exc:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.launch import SHUTDOWN_MARGIN_SECONDS, preempt_grace_seconds, torchrun_args
+from kubeddp.trainer.launch import (
+    SHUTDOWN_MARGIN_SECONDS,
+    preempt_grace_seconds,
+    shutdown_timeout_env,
+    torchrun_args,
+)
 from kubeddp.trainer.rendezvous import plan_from_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,17 +35,33 @@ def test_torchrun_shutdown_timeout_covers_the_grace(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     monkeypatch.delenv("PET_SHUTDOWN_TIMEOUT", raising=False)
     worker_args = ["--set", "checkpoint.preempt_grace_seconds=90.2"]
-    args = torchrun_args(_plan(worker_args), preempt_grace_seconds(worker_args))
-    assert args.shutdown_timeout == 91 + SHUTDOWN_MARGIN_SECONDS
-    assert args.shutdown_timeout < constants.TERMINATION_GRACE_PERIOD_SECONDS
+    env = shutdown_timeout_env(preempt_grace_seconds(worker_args))
+    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(91 + SHUTDOWN_MARGIN_SECONDS)}
+    assert 91 + SHUTDOWN_MARGIN_SECONDS < constants.TERMINATION_GRACE_PERIOD_SECONDS
 
 
 def test_an_explicit_torchrun_shutdown_timeout_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PET_SHUTDOWN_TIMEOUT", "5")
-    assert torchrun_args(_plan([]), 60).shutdown_timeout == 5
+    assert shutdown_timeout_env(60) == {}
     monkeypatch.delenv("PET_SHUTDOWN_TIMEOUT")
     monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9")
-    assert torchrun_args(_plan([]), 60).shutdown_timeout is None  # torch reads the env itself
+    assert shutdown_timeout_env(60) == {}
+
+
+def test_the_installed_torchrun_parser_takes_the_plan_as_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Launch only parses the plan's argv with the installed torch's parser and reads no
+    attribute of the result: torch versions differ in which options their parser has."""
+    from torch.distributed.run import config_from_args
+
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "77")
+    args = torchrun_args(_plan(["--set", "train.max_steps=1"]))
+    config, _, cmd_args = config_from_args(args)
+    assert config.nproc_per_node == 2
+    assert cmd_args[-2:] == ["--set", "train.max_steps=1"]
+    if "shutdown_timeout" in vars(args):  # torch versions that have the setting honour the env
+        assert vars(config)["shutdown_timeout"] == 77
 
 
 def test_default_grace_fits_the_default_pod_termination_grace() -> None:
