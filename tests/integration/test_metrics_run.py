@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.readme import readme_section
+from tests.helpers.readme import DOCS, doc_section
 
 REPO = Path(__file__).resolve().parents[2]
 KUBEDDP = REPO / ".venv" / "bin" / "kubeddp"
@@ -33,18 +33,18 @@ METRICS_URL = re.compile(r"\[kubeddp\] metrics: (http://\S+/metrics)")
 COUNTERS = ("kubeddp_samples_total", "kubeddp_data_wait_seconds_total")
 
 
-def readme_metric_names() -> list[str]:
-    """Metric names in the README's first Metrics table (what /metrics must serve)."""
+def documented_metric_names() -> list[str]:
+    """Metric names in the first table of docs/metrics.md (what /metrics must serve)."""
     names: list[str] = []
     in_table = False
-    for line in readme_section("Metrics").splitlines():
+    for line in doc_section(DOCS / "metrics.md", "Metrics").splitlines():
         row = re.match(r"^\| `(kubeddp_[a-z0-9_]+)` \|", line)
         if row:
             names.append(row.group(1))
             in_table = True
         elif in_table and not line.startswith("|"):
             break
-    assert len(names) >= 14, "README metrics table not found"
+    assert len(names) >= 14, "docs/metrics.md metrics table not found"
     return names
 
 
@@ -160,7 +160,7 @@ def training_run(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
-    expected = readme_metric_names()
+    expected = documented_metric_names()
     with training_run(tmp_path, epochs=12, linger=20) as run:
         assert run.url.startswith("http://127.0.0.1:")
         scrapes: list[Scrape] = []
@@ -196,7 +196,7 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
     assert steps == sorted(steps) and steps[-1] <= total_steps
     for snapshot in [*mid_run, final]:
         missing = [name for name in expected if not snapshot.get(name)]
-        assert not missing, f"metrics in the README table but not served: {missing}"
+        assert not missing, f"metrics in the docs/metrics.md table but not served: {missing}"
         for samples_of_family in snapshot.values():
             for name, labels, _ in samples_of_family:
                 assert "pid" not in labels, f"{name} has a pid label: {labels}"

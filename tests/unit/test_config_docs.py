@@ -1,24 +1,24 @@
-"""The README's configuration reference lists every key with its true default."""
+"""The configuration reference (docs/config-reference.md) lists every key with its true default."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from kubeddp.trainer.config import CHOICES, Config
+from tests.helpers.readme import DOCS, doc_section
 
 pytestmark = pytest.mark.timeout(30)
-DOC = Path(__file__).resolve().parents[2] / "README.md"
+DOC = DOCS / "config-reference.md"
 ROW_RE = re.compile(r"^\| `([a-z_]+\.[a-z_]+)` \| `([^`]*)` \| (.+) \|$")
 
 
 def documented() -> dict[str, tuple[str, str]]:
     """key -> (default as written, meaning) from the configuration reference table."""
-    section = DOC.read_text().split("### Configuration reference", 1)[1].split("\n### ", 1)[0]
+    section = doc_section(DOC, "Configuration reference")
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
         found = ROW_RE.match(line)

@@ -1,4 +1,4 @@
-"""The README metrics table (README.md, "## Metrics") lists exactly what a worker exports."""
+"""The metrics tables of docs/metrics.md list exactly what a worker exports and pushes."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import re
 from pathlib import Path
 
 from tests.helpers.metrics import exported_families
-from tests.helpers.readme import readme_section
+from tests.helpers.readme import DOCS, doc_section
 
+METRICS_PAGE = DOCS / "metrics.md"
 ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
 
 
-def readme_tables() -> list[dict[str, tuple[str, set[str]]]]:
+def documented_tables() -> list[dict[str, tuple[str, set[str]]]]:
     """Each metrics table: name -> (type, label names)."""
     tables: list[dict[str, tuple[str, set[str]]]] = []
     current: dict[str, tuple[str, set[str]]] = {}
-    for line in readme_section("Metrics").splitlines():
+    for line in doc_section(METRICS_PAGE, "Metrics").splitlines():
         row = ROW.match(line)
         if row:
             labels = set(re.findall(r"`(\w+)`", row.group(3)))
@@ -37,17 +38,17 @@ def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
     return out
 
 
-def test_readme_table_matches_the_exported_metrics(tmp_path: Path) -> None:
-    served_table = readme_tables()[0]
+def test_documented_table_matches_the_exported_metrics(tmp_path: Path) -> None:
+    served_table = documented_tables()[0]
     assert exported(tmp_path) == served_table
 
 
 def test_push_only_metrics_are_documented() -> None:
-    push_table = readme_tables()[1]
+    push_table = documented_tables()[1]
     assert set(push_table) == {"kubeddp_run_exit_code", "kubeddp_run_finished_timestamp_seconds"}
 
 
-def test_readme_names_follow_prometheus_conventions() -> None:
-    for name, (kind, _) in readme_tables()[0].items():
+def test_documented_names_follow_prometheus_conventions() -> None:
+    for name, (kind, _) in documented_tables()[0].items():
         assert name.endswith("_total") == (kind == "counter"), name
         assert not re.search(r"_(ms|milliseconds|kb|mb|percent)\b", name), name
