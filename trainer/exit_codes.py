@@ -1,0 +1,125 @@
+"""Every exit code kubeddp ends with, and who retries it: one table for launch, train, the
+worker, the user-script runner and the CLI (docs/exit-codes.md is generated from it).
+
+The operators decide from the pod's exit code: PyTorchJob `restartPolicy: ExitCode` recreates
+a pod only for codes >= 128, the Indexed Job's pod failure policy fails the job on 1-127, and
+TrainJob/JobSet pods restart OnFailure up to the Job's backoffLimit. So a deterministic mistake
+(bad config, bad env, a program that fails the same way every time) ends with a code below
+128, and everything another pod, the node, the network or the rendezvous caused ends with a
+code of 128 or more, retried and resumed from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RETRYABLE_FROM = 128  # PyTorchJob ExitCode: codes >= 128 are retried
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    name: str
+    where: str  # "training" (launch, train, the image, workers) | "cli" | "both"
+    meaning: str
+    action: str  # what the user (or the operator) does about it
+
+    @property
+    def retryable(self) -> bool:
+        return self.code >= RETRYABLE_FROM
+
+
+OK = 0
+TRAINING_FAILED = 1
+BAD_INPUT = 2
+CLUSTER_ERROR = 3
+INTERNAL_ERROR = 4
+WAIT_TIMEOUT = 124
+INTERRUPTED = 130
+KILLED = 137
+PREEMPTED = 143
+RDZV_UNREACHABLE = 200
+PEER_FAILED = 201
+
+TABLE: tuple[ExitCode, ...] = (
+    ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
+    ExitCode(
+        TRAINING_FAILED,
+        "failed",
+        "both",
+        "training: the program failed on its own (an exception of its own, an exit code it "
+        "chose below 128); validate: problems found; wait: the job failed",
+        "fix the program or the manifest; a retry would fail the same way",
+    ),
+    ExitCode(
+        BAD_INPUT,
+        "bad input",
+        "both",
+        "a config key, flag, environment variable, file or name is wrong (one line says which)",
+        "fix the input the message names",
+    ),
+    ExitCode(
+        CLUSTER_ERROR,
+        "cluster error",
+        "cli",
+        "the Kubernetes API could not be used: unreachable, timed out, refused, forbidden, not "
+        "found, or an answer that is not the API's",
+        "check the kubeconfig/context, RBAC and that the operator is installed",
+    ),
+    ExitCode(
+        INTERNAL_ERROR,
+        "internal error",
+        "both",
+        "a bug in kubeddp (the one line names the exception; KUBEDDP_DEBUG=1 shows the traceback)",
+        "report it",
+    ),
+    ExitCode(
+        WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"
+    ),
+    ExitCode(
+        INTERRUPTED,
+        "interrupted",
+        "training",
+        "Ctrl-C (SIGINT): workers saved a checkpoint and stopped",
+        "run again to resume",
+    ),
+    ExitCode(
+        KILLED,
+        "killed",
+        "training",
+        "a worker was killed (SIGKILL: out of memory, or the grace period ran out)",
+        "retried; if it repeats, give the pod more memory",
+    ),
+    ExitCode(
+        PREEMPTED,
+        "preempted",
+        "training",
+        "SIGTERM (preemption, node drain, docker stop): workers saved a checkpoint and stopped",
+        "retried by the operator; resumes from the checkpoint",
+    ),
+    ExitCode(
+        RDZV_UNREACHABLE,
+        "rendezvous host unreachable",
+        "training",
+        "the rendezvous host's name did not resolve or its port did not open in time",
+        "retried; if it repeats, check that the master/rank-0 pod runs and its Service exists",
+    ),
+    ExitCode(
+        PEER_FAILED,
+        "peer failed",
+        "training",
+        "another process, pod or node failed, or the network or rendezvous store went away "
+        "(a collective failed or timed out)",
+        "retried; resumes from the newest checkpoint",
+    ),
+)
+BY_CODE = {entry.code: entry for entry in TABLE}
+
+
+def describe(code: int) -> str:
+    """`143 (preempted, retryable)` for logs."""
+    entry = BY_CODE.get(code)
+    if entry is None:
+        kind = "retryable" if code >= RETRYABLE_FROM else "fatal"
+        return f"{code} ({kind})"
+    return f"{code} ({entry.name}, {'retryable' if entry.retryable else 'fatal'})"
