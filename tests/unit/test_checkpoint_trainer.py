@@ -17,7 +17,7 @@ from kubeddp.trainer.worker.schedule import lr_factor
 
 pytestmark = pytest.mark.timeout(120)
 
-CPU = DistContext(0, 0, 1, 1, torch.device("cpu"), "gloo")
+CPU = DistContext(0, 1, torch.device("cpu"), "gloo")
 
 
 def _trainer(ckpt_dir: Path, *overrides: str) -> Trainer:

@@ -69,7 +69,7 @@ def wait_for_host(
         time.sleep(poll_seconds)
 
 
-def is_local_address(host: str) -> bool:
+def _is_local_address(host: str) -> bool:
     """True when `host` resolves to an address of this machine/pod (we host the store)."""
     if host in ("localhost", socket.gethostname(), socket.getfqdn()):
         return True
@@ -97,5 +97,5 @@ def wait_for_rendezvous_host(
     hosts_store = plan.node_rank == 0 if plan.rdzv_backend == "static" else None
     if hosts_store is None:
         wait_for_host(plan.host, plan.port, deadline_seconds, check_port=False, log=log)
-        hosts_store = is_local_address(plan.host)
+        hosts_store = _is_local_address(plan.host)
     wait_for_host(plan.host, plan.port, deadline_seconds, check_port=not hosts_store, log=log)

@@ -28,9 +28,7 @@ class DistributedSetupError(RuntimeError):
 @dataclass
 class DistContext:
     rank: int
-    local_rank: int
     world_size: int
-    local_world_size: int
     device: torch.device
     backend: str
 
@@ -77,7 +75,6 @@ def init_distributed(cfg: DDPConfig) -> DistContext:
     rank = int(env.get("RANK", "0"))
     world = int(env.get("WORLD_SIZE", "1"))
     local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     device = choose_device(cfg, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -89,7 +86,7 @@ def init_distributed(cfg: DDPConfig) -> DistContext:
         dist.init_process_group(
             backend=backend, timeout=timedelta(seconds=cfg.startup_timeout_seconds), **kwargs
         )
-    return DistContext(rank, local_rank, world, local_world, device, backend)
+    return DistContext(rank, world, device, backend)
 
 
 def wrap_ddp(model: torch.nn.Module, cfg: DDPConfig, ctx: DistContext) -> torch.nn.Module:
