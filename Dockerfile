@@ -81,7 +81,7 @@ COPY --from=build /tmp/dist/ /tmp/dist/
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl; \
     rm -rf /tmp/dist; \
     /opt/venv/bin/pip check; \
-    /opt/venv/bin/python -c "import kubeddp.trainer.launch, kubeddp.tools.cli"
+    /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli"
 
 # Every path written at run time lies under /tmp or /checkpoints, so the container runs with
 # a read-only root filesystem (mount a tmpfs at /tmp and a volume at /checkpoints).

@@ -16,11 +16,11 @@ SCHEMA_SOURCES = ("auto", "cluster", "offline")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "launch":
-        from kubeddp.trainer.launch import launch_main
+        from kubeddp.trainer.launcher.launch import launch_main
 
         return launch_main(argv[1:])
     if argv and argv[0] == "train":
-        from kubeddp.trainer.launch import train_main
+        from kubeddp.trainer.launcher.launch import train_main
 
         return train_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -1,3 +1,4 @@
-"""Code that runs inside the training pod: launch, rendezvous, DDP loop, checkpoints, metrics."""
+"""Code that runs inside the training pod: launcher/ (the launch process), worker/ (each training
+process), and what both use: the config, shared constants and the workloads."""
 
 __version__ = "0.1.0"

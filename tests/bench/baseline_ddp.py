@@ -67,7 +67,8 @@ def train(
             if len(step_end_unix) == steps:
                 break
         epoch += 1
-    # Drop DDP and the optimizer before anyone destroys the group (design.md, known traps).
+    # Drop DDP and the optimizer before anyone destroys the group (see teardown() in
+    # trainer/worker/distributed.py).
     del model, optimizer
     gc.collect()
     return step_end_unix, step_end_cpu

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kubeddp.trainer import checkpoint as ckpt
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import WorkloadConfig
+from kubeddp.trainer.worker import checkpoint as ckpt
 from kubeddp.trainer.workloads.regression import mse_loss
 from tests.helpers import checkpoints as ck
 from tests.helpers import procs, workloads

@@ -59,8 +59,8 @@ def _child(checkpoint_dir: str) -> dict[str, float]:
     import torch
 
     from kubeddp.trainer.config import load_config
-    from kubeddp.trainer.distributed import init_distributed
-    from kubeddp.trainer.loop import Trainer
+    from kubeddp.trainer.worker.distributed import init_distributed
+    from kubeddp.trainer.worker.loop import Trainer
 
     torch.set_num_threads(1)  # what torchrun gives each worker
     cfg = load_config(

@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import load_config
-from kubeddp.trainer.distributed import init_distributed
-from kubeddp.trainer.loop import Trainer
+from kubeddp.trainer.worker.distributed import init_distributed
+from kubeddp.trainer.worker.loop import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))  # torchrun runs this file as a script
 import baseline_ddp  # noqa: E402

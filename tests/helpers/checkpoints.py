@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from kubeddp.trainer import checkpoint as ckpt
+from kubeddp.trainer.worker import checkpoint as ckpt
 
 
 def newest(directory: Path) -> ckpt.CheckpointRef:

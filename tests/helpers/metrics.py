@@ -15,7 +15,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 RECORD_ONE_STEP = textwrap.dedent(
     """
     from kubeddp.trainer.config import MetricsConfig
-    from kubeddp.trainer.metrics import TrainingMetrics
+    from kubeddp.trainer.worker.metrics import TrainingMetrics
     m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
     m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
               data_wait_seconds=0.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import checkpoint as ckpt
+from kubeddp.trainer.worker import checkpoint as ckpt
 from tests.helpers import checkpoints as ck
 from tests.helpers import mounts, procs, workloads
 

@@ -2,9 +2,9 @@
 
 `destroy_process_group()` while a DDP module or optimizer is still referenced aborts a process
 now and then (SIGABRT, "terminate called ..."). One abort in a few runs is easy to miss, so
-this runs the real worker entrypoint (`kubeddp.trainer.worker.main`: init, Trainer with DDP and
-AdamW, a few steps, a checkpoint, close, teardown, normal interpreter exit) 30 times in pairs
-of real processes and requires every one to exit 0 with no abort in its output.
+this runs the real worker entrypoint (`kubeddp.trainer.worker.entry.main`: init, Trainer with
+DDP and AdamW, a few steps, a checkpoint, close, teardown, normal interpreter exit) 30 times in
+pairs of real processes and requires every one to exit 0 with no abort in its output.
 
 Starting 60 fresh interpreters that each import torch takes minutes on a small machine, so a
 harness process imports torch once and forks the two ranks of each run (with the env torchrun
@@ -105,9 +105,9 @@ def harness(runs: int, out_dir: Path) -> dict:
     # Import once what every rank imports (DDP pulls in torch._dynamo lazily: seconds).
     import torch._dynamo  # noqa: F401
 
-    from kubeddp.trainer import checkpoint, distributed, loop, worker  # noqa: F401
+    from kubeddp.trainer.worker import checkpoint_manager, distributed, loop  # noqa: F401
 
-    module, _, name = os.environ.get(ENTRY_ENV, "kubeddp.trainer.worker:main").partition(":")
+    module, _, name = os.environ.get(ENTRY_ENV, "kubeddp.trainer.worker.entry:main").partition(":")
     entry = getattr(importlib.import_module(module), name)
     results = []
     for i in range(runs):

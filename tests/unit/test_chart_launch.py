@@ -19,7 +19,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.trainer.rendezvous import plan_from_env
+from kubeddp.trainer.launcher.rendezvous import plan_from_env
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"

@@ -1,4 +1,4 @@
-"""trainer/checkpoint.py on a real filesystem: atomic layout, keep-N, skipping unreadable
+"""trainer/worker/checkpoint.py on a real filesystem: atomic layout, keep-N, skipping unreadable
 checkpoints, weights_only loading, the background writer and its errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kubeddp.trainer import checkpoint as ckpt
+from kubeddp.trainer.worker import checkpoint as ckpt
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.launch import (
+from kubeddp.trainer.config import Config, ConfigError, load_config_options
+from kubeddp.trainer.launcher.agent import (
     SHUTDOWN_MARGIN_SECONDS,
-    preempt_grace_seconds,
     shutdown_timeout_env,
     torchrun_args,
 )
-from kubeddp.trainer.rendezvous import plan_from_env
+from kubeddp.trainer.launcher.launch import config_options, launch_parser
+from kubeddp.trainer.launcher.rendezvous import plan_from_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,21 +22,32 @@ def _plan(worker_args: list[str]):
     return plan_from_env({}, worker_args, nproc_flag="2")
 
 
-def test_grace_comes_from_the_workers_config() -> None:
-    args = ["--set", "checkpoint.preempt_grace_seconds=7.5"]
-    assert preempt_grace_seconds(args) == 7.5
-    assert preempt_grace_seconds([]) == constants.PREEMPT_GRACE_SECONDS
+def _launch_config(*argv: str) -> Config:
+    """The config `kubeddp launch ARGV` loads (its own options and those after --)."""
+    dash = argv.index("--") if "--" in argv else len(argv)
+    own = launch_parser().parse_args(argv[:dash])
+    options, _ = config_options(own, list(argv[dash + 1 :]))
+    return load_config_options(options, env={})
 
 
-def test_a_bad_worker_config_falls_back_to_the_default_grace() -> None:
-    assert preempt_grace_seconds(["--set", "nope"]) == constants.PREEMPT_GRACE_SECONDS
+def test_grace_comes_from_the_launch_config() -> None:
+    grace = _launch_config("--", "--set", "checkpoint.preempt_grace_seconds=7.5")
+    assert grace.checkpoint.preempt_grace_seconds == 7.5
+    own = _launch_config("--set", "checkpoint.preempt_grace_seconds=8")
+    assert own.checkpoint.preempt_grace_seconds == 8.0
+    assert _launch_config().checkpoint.preempt_grace_seconds == constants.PREEMPT_GRACE_SECONDS
+
+
+def test_a_bad_config_stops_launch_before_any_grace_is_sized() -> None:
+    with pytest.raises(ConfigError, match="section.key=value"):
+        _launch_config("--", "--set", "nope")
 
 
 def test_torchrun_shutdown_timeout_covers_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     monkeypatch.delenv("PET_SHUTDOWN_TIMEOUT", raising=False)
-    worker_args = ["--set", "checkpoint.preempt_grace_seconds=90.2"]
-    env = shutdown_timeout_env(preempt_grace_seconds(worker_args))
+    cfg = _launch_config("--", "--set", "checkpoint.preempt_grace_seconds=90.2")
+    env = shutdown_timeout_env(cfg.checkpoint.preempt_grace_seconds)
     assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(91 + SHUTDOWN_MARGIN_SECONDS)}
     assert 91 + SHUTDOWN_MARGIN_SECONDS < constants.TERMINATION_GRACE_PERIOD_SECONDS
 

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from kubeddp.trainer import checkpoint as ckpt
 from kubeddp.trainer.config import load_config
-from kubeddp.trainer.distributed import DistContext
-from kubeddp.trainer.loop import Trainer
+from kubeddp.trainer.worker import checkpoint as ckpt
+from kubeddp.trainer.worker.distributed import DistContext
+from kubeddp.trainer.worker.loop import Trainer
+from kubeddp.trainer.worker.schedule import lr_factor
 
 pytestmark = pytest.mark.timeout(120)
 
-CPU = DistContext(0, 0, 1, 1, torch.device("cpu"), "gloo")
+CPU = DistContext(0, 1, torch.device("cpu"), "gloo")
 
 
 def _trainer(ckpt_dir: Path, *overrides: str) -> Trainer:
@@ -62,8 +63,8 @@ def test_a_checkpoint_holds_the_full_training_state(tmp_path: Path) -> None:
 def test_resume_auto_continues_from_the_newest(tmp_path: Path) -> None:
     _fit(_trainer(tmp_path))
     again = _trainer(tmp_path, "train.max_steps=12")
-    again.resume()
-    assert (again.step, again.consumed) == (8, 240)
+    resumed = again.checkpoints.resume()
+    assert resumed is not None and (resumed.step, resumed.consumed) == (8, 240)
     assert again.optimizer.state_dict()["state"], "optimizer moments restored"
     again.close()
 
@@ -72,8 +73,8 @@ def test_resume_may_name_one_checkpoint(tmp_path: Path) -> None:
     _fit(_trainer(tmp_path / "run"))
     older = tmp_path / "run" / "ckpt-00000004"
     trainer = _trainer(tmp_path / "new", f"checkpoint.resume={older}")
-    trainer.resume()
-    assert trainer.step == 4
+    resumed = trainer.checkpoints.resume()
+    assert resumed is not None and resumed.step == 4
     trainer.close()
 
 
@@ -82,7 +83,7 @@ def test_resume_path_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
     empty.mkdir()
     trainer = _trainer(tmp_path / "new", f"checkpoint.resume={empty}")
     with pytest.raises(ckpt.CheckpointError, match="holds no readable checkpoint"):
-        trainer.resume()
+        trainer.checkpoints.resume()
     trainer.close()
 
 
@@ -90,13 +91,31 @@ def test_another_model_is_refused_unless_weights_only(tmp_path: Path) -> None:
     _fit(_trainer(tmp_path))
     other = _trainer(tmp_path, "workload.hidden_dim=32")
     with pytest.raises(ckpt.CheckpointError, match="written for another model") as err:
-        other.resume()
+        other.checkpoints.resume()
     assert "\n" not in str(err.value) and "checkpoint.weights_only=true" in str(err.value)
     other.close()
     # Same shapes except the input layer: the three tensors that fit are loaded.
     partial = _trainer(tmp_path, "workload.input_dim=10", "checkpoint.weights_only=true")
-    partial.resume()
-    assert partial.step == 0
+    assert partial.checkpoints.resume() is None, "weights only: step and optimizer start fresh"
     saved = ckpt.load_state(ckpt.list_checkpoints(tmp_path)[0])["model"]
     assert torch.equal(partial.raw_model.state_dict()["2.weight"], saved["2.weight"])
     partial.close()
+
+
+def test_fit_after_a_resume_plans_the_steps_left(tmp_path: Path, capsys) -> None:
+    _fit(_trainer(tmp_path))
+    capsys.readouterr()
+    again = _trainer(tmp_path, "train.max_steps=12", "train.log_every=2")
+    try:
+        assert again.fit() == 0
+        assert (again.state.step, again.total_steps) == (12, 12)
+        # The LR schedule spans the re-planned run (12 steps), not the first run's 8.
+        t = again.cfg.train
+        span_12, span_8 = (lr_factor(11, n, t.warmup_steps, t.min_lr_ratio) for n in (12, 8))
+        assert span_12 != span_8
+        assert again.scheduler.lr_lambdas[0](11) == pytest.approx(span_12)
+    finally:
+        again.close()
+    out = capsys.readouterr().out
+    assert "| 12 steps" in out and "step 10/12 |" in out and "done: 12 steps" in out, out
+    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [12, 8, 4]

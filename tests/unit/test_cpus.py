@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer.cpus import available_cpus, threads_per_worker
+from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 
 
 def _cpu_max(tmp_path: Path, text: str) -> Path:

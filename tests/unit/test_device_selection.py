@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kubeddp.trainer.config import DDPConfig
-from kubeddp.trainer.distributed import DistributedSetupError, choose_backend, choose_device
-from kubeddp.trainer.loop import _amp_dtype
+from kubeddp.trainer.worker.distributed import DistributedSetupError, choose_backend, choose_device
+from kubeddp.trainer.worker.precision import amp_dtype
 
 CPU = torch.device("cpu")
 CUDA1 = torch.device("cuda", 1)
@@ -66,10 +66,10 @@ def test_nccl_on_cpu_is_refused() -> None:
         ("fp16", CUDA1, torch.float16),
     ],
 )
-def test_amp_dtype(mode: str, device: torch.device, expected: torch.dtype | None) -> None:
-    assert _amp_dtype(mode, device) == expected
+def testamp_dtype(mode: str, device: torch.device, expected: torch.dtype | None) -> None:
+    assert amp_dtype(mode, device) == expected
 
 
 def test_fp16_on_cpu_is_refused() -> None:
     with pytest.raises(ValueError, match="fp16 needs CUDA"):
-        _amp_dtype("fp16", CPU)
+        amp_dtype("fp16", CPU)

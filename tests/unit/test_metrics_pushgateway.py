@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import MetricsConfig
-from kubeddp.trainer.metrics_server import start_pod_metrics
-from kubeddp.trainer.pushgateway import push_summary
+from kubeddp.trainer.launcher.metrics_server import start_pod_metrics
+from kubeddp.trainer.launcher.pushgateway import push_summary
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -73,7 +73,7 @@ def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> 
     assert endpoint is not None
     code = (
         "from kubeddp.trainer.config import MetricsConfig\n"
-        "from kubeddp.trainer.metrics import TrainingMetrics\n"
+        "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
         "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
         "m.on_step(step=3, epoch=0, loss=0.5, lr=0.1, samples=96, tokens=0,"
         " step_seconds=0.01, data_wait_seconds=0.0)\n"

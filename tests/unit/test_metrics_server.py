@@ -15,10 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import MetricsConfig
-from kubeddp.trainer.metrics_server import (
+from kubeddp.trainer.launcher.metrics_server import (
     MetricsPortBusy,
     MetricsSetupError,
-    metrics_config_from_worker_args,
     resolve_bind,
     resolve_linger,
     resolve_port,
@@ -73,15 +72,6 @@ def test_bad_linger_and_pushgateway_are_rejected() -> None:
         start_pod_metrics(MetricsConfig(port=0, pushgateway="gateway"), in_kubernetes=False)
 
 
-def test_worker_args_give_the_metrics_section(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text("metrics:\n  port: 9555\n")
-    cfg = metrics_config_from_worker_args(
-        ["--config", str(config), "--set", "metrics.bind=0.0.0.0"]
-    )
-    assert (cfg.port, cfg.bind) == (9555, "0.0.0.0")
-
-
 def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
     endpoint = start_pod_metrics(MetricsConfig(port=0), in_kubernetes=False)
     assert endpoint is not None
@@ -91,7 +81,7 @@ def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
         assert endpoint.url == f"http://127.0.0.1:{endpoint.port}/metrics"
         code = (
             "from kubeddp.trainer.config import MetricsConfig\n"
-            "from kubeddp.trainer.metrics import TrainingMetrics\n"
+            "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
             "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
             "m.on_step(step=7, epoch=0, loss=0.5, lr=0.1, samples=4, tokens=0,"
             " step_seconds=0.01, data_wait_seconds=0.0)\n"
@@ -117,21 +107,21 @@ def test_busy_port_warns_and_training_goes_on(monkeypatch, capsys) -> None:
             start_pod_metrics(MetricsConfig(port=port), in_kubernetes=False)
         monkeypatch.setenv(constants.ENV_METRICS_PORT, str(port))
         lines: list[str] = []
-        assert start_for_launch([], in_kubernetes=False, log=lines.append) is None
+        assert start_for_launch(MetricsConfig(), in_kubernetes=False, log=lines.append) is None
     assert len(lines) == 1 and "metrics off" in lines[0] and str(port) in lines[0]
     assert constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
 
 
 def test_disabled_metrics_start_nothing() -> None:
     lines: list[str] = []
-    assert start_for_launch(["--set", "metrics.enabled=false"], False, lines.append) is None
+    assert start_for_launch(MetricsConfig(enabled=False), False, lines.append) is None
     assert lines == [] and constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
 
 
 def test_launch_prints_the_url(monkeypatch) -> None:
     monkeypatch.setenv(constants.ENV_METRICS_PORT, "0")
     lines: list[str] = []
-    endpoint = start_for_launch([], in_kubernetes=False, log=lines.append)
+    endpoint = start_for_launch(MetricsConfig(), in_kubernetes=False, log=lines.append)
     assert endpoint is not None
     try:
         assert lines == [f"[kubeddp] metrics: http://127.0.0.1:{endpoint.port}/metrics"]

@@ -21,7 +21,7 @@ WORKER = textwrap.dedent(
     """
     import sys
     from kubeddp.trainer.config import MetricsConfig
-    from kubeddp.trainer.metrics import TrainingMetrics
+    from kubeddp.trainer.worker.metrics import TrainingMetrics
 
     rank, steps, enabled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
     m = TrainingMetrics(MetricsConfig(enabled=enabled), rank, 2, "gloo")
@@ -118,7 +118,7 @@ def test_step_histogram_buckets_are_exact(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         from kubeddp.trainer.config import MetricsConfig
-        from kubeddp.trainer.metrics import TrainingMetrics
+        from kubeddp.trainer.worker.metrics import TrainingMetrics
         m = TrainingMetrics(MetricsConfig(), 3, 4, "gloo")
         for i, seconds in enumerate([0.004, 0.005, 0.0051, 0.02, 0.3, 0.3, 100.0]):
             m.on_step(step=i, epoch=0, loss=0.0, lr=0.0, samples=1, tokens=0,

@@ -1,4 +1,4 @@
-"""Every row of design.md's rendezvous contract, with the exact env the operators inject.
+"""Every way a pod is launched, planned from the exact env the operators inject.
 
 The env of each pod below is written out by hand from ../shared/reference/kubeflow-env-matrix.csv
 (job `demo`, in a pod: the kubelet adds KUBERNETES_SERVICE_HOST); `test_fixtures_match_csv`
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer.rendezvous import (
-    WORKER_MODULE,
+from kubeddp.trainer.launcher.agent import WORKER_MODULE
+from kubeddp.trainer.launcher.rendezvous import (
     RendezvousError,
     detect_source,
     plan_from_env,

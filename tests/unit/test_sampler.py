@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from torch.utils.data import DistributedSampler
 
-from kubeddp.trainer.sampler import ResumableDistributedSampler
+from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubeddp.trainer.wait import RendezvousHostUnreachable, wait_for_host
+from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_host
 
 pytestmark = pytest.mark.timeout(60)
 UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"  # .invalid never resolves (RFC 6761)

@@ -2,8 +2,8 @@
 
 Workers write into prometheus_client's multiprocess files (mmap'd, one per process and type)
 in the directory `kubeddp launch` created and exported as PROMETHEUS_MULTIPROC_DIR; the launch
-process, which outlives worker restarts, serves the sum (trainer/metrics_server.py). Files of
-dead workers stay, so counters keep their totals across restarts. Every gauge uses a
+process, which outlives worker restarts, serves the sum (launcher/metrics_server.py). Files
+of dead workers stay, so counters keep their totals across restarts. Every gauge uses a
 multiprocess mode that drops the `pid` label ("mostrecent" or "max"), so series do not
 multiply with each restart. Without that directory (metrics.enabled=false, or a torchrun that
 kubeddp launch did not start) every call here is a no-op.

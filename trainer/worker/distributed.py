@@ -1,4 +1,5 @@
-"""Distributed init and teardown: backend by device, device from LOCAL_RANK, two timeouts.
+"""Distributed init and teardown (backend by device, device from LOCAL_RANK, two timeouts),
+the DDP wrapper, and the few collectives the loop and checkpointing call directly.
 
 The start-up timeout covers pods that come up minutes apart; once the first step has run the
 group switches to the (usually shorter) training timeout, so a hung peer is noticed sooner.
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import DDPConfig
 
@@ -24,9 +28,7 @@ class DistributedSetupError(RuntimeError):
 @dataclass
 class DistContext:
     rank: int
-    local_rank: int
     world_size: int
-    local_world_size: int
     device: torch.device
     backend: str
 
@@ -73,7 +75,6 @@ def init_distributed(cfg: DDPConfig) -> DistContext:
     rank = int(env.get("RANK", "0"))
     world = int(env.get("WORLD_SIZE", "1"))
     local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     device = choose_device(cfg, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -85,7 +86,29 @@ def init_distributed(cfg: DDPConfig) -> DistContext:
         dist.init_process_group(
             backend=backend, timeout=timedelta(seconds=cfg.startup_timeout_seconds), **kwargs
         )
-    return DistContext(rank, local_rank, world, local_world, device, backend)
+    return DistContext(rank, world, device, backend)
+
+
+def wrap_ddp(model: torch.nn.Module, cfg: DDPConfig, ctx: DistContext) -> torch.nn.Module:
+    """The model in DDP with the ddp.* settings; as it is when running alone."""
+    if not ctx.distributed:
+        return model
+    return DDP(
+        model,
+        device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+        gradient_as_bucket_view=cfg.gradient_as_bucket_view,
+        static_graph=cfg.static_graph,
+        find_unused_parameters=cfg.find_unused_parameters,
+    )
+
+
+def mean_over_ranks(value: float, ctx: DistContext) -> float:
+    if not ctx.distributed:
+        return value
+    total = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(total)
+    return total.item() / ctx.world_size
 
 
 def switch_to_training_timeout(cfg: DDPConfig) -> None:
@@ -107,3 +130,50 @@ def teardown(barrier: bool = True) -> None:
         if barrier:
             dist.barrier()
         dist.destroy_process_group()
+
+
+# torch's all_gather_object/broadcast_object_list turn received bytes into objects through
+# numpy, which the image does not install; these move pickled bytes in uint8 tensors instead.
+
+
+def _bytes_tensor(obj: Any, device: torch.device) -> torch.Tensor:
+    return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
+
+
+def _object(received: torch.Tensor, size: int) -> Any:
+    data = bytearray(size)
+    torch.frombuffer(data, dtype=torch.uint8).copy_(received[:size])
+    return pickle.loads(data)
+
+
+def gather_objects(obj: Any, device: torch.device) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank (collective)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    sent = _bytes_tensor(obj, device)
+    size = torch.tensor([sent.numel()], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = max(int(s.item()) for s in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+    padded[: sent.numel()] = sent
+    received = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(received, padded)
+    return [_object(t, int(s.item())) for t, s in zip(received, sizes, strict=True)]
+
+
+def broadcast_object(obj: Any, device: torch.device, src: int = 0) -> Any:
+    """Rank `src`'s `obj` on every rank (collective; the other ranks' `obj` is ignored)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    is_src = dist.get_rank() == src
+    sent = _bytes_tensor(obj, device) if is_src else None
+    size = torch.tensor([sent.numel() if sent is not None else 0], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=src)
+    buffer = (
+        sent
+        if sent is not None
+        else torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    )
+    dist.broadcast(buffer, src=src)
+    return obj if is_src else _object(buffer, int(size.item()))

@@ -1,8 +1,9 @@
 """The rendezvous plan: a pure function from the launcher's environment to torchrun arguments.
 
-Every row of design.md's rendezvous contract is one branch of `plan_from_env`. Nothing here
-touches the network or starts a process, so each row is unit-tested with the exact env the
-operators inject (tests/unit/test_rendezvous.py).
+Each way a pod can be launched (torchrun, PyTorchJob, elastic PyTorchJob, TrainJob, Indexed
+Job, plain env, nothing) is one planner below. Nothing here touches the network or starts a
+process, so each is unit-tested with the exact env the operators inject
+(tests/unit/test_rendezvous.py).
 """
 
 from __future__ import annotations
@@ -14,17 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kubeddp.trainer import constants
-
-WORKER_MODULE = "kubeddp.trainer.worker"
-SOURCES = (
-    "torchrun",
-    "pytorchjob",
-    "pytorchjob-elastic",
-    "trainjob",
-    "env",
-    "indexedjob",
-    "standalone",
-)
+from kubeddp.trainer.launcher.agent import WORKER_MODULE, torchrun_argv
 
 
 class RendezvousError(ValueError):
@@ -322,37 +313,6 @@ _PLANNERS = {
     "env": _plan_env,
     "standalone": _plan_standalone,
 }
-
-
-def torchrun_argv(
-    plan: RendezvousPlan, worker_args: list[str], shutdown_timeout: float | None = None
-) -> list[str]:
-    """The torchrun command line the plan stands for (launch runs it in process)."""
-    args = ["torchrun", f"--nproc-per-node={plan.nproc_per_node}"]
-    if plan.standalone:
-        # One node: keep the store on loopback, so a host name that does not resolve
-        # (`docker run --network none`) cannot stall the rendezvous.
-        args += ["--standalone", "--local-addr=127.0.0.1"]
-    elif plan.rdzv_backend == "static":
-        args += [
-            f"--nnodes={plan.nnodes}",
-            f"--node-rank={plan.node_rank}",
-            f"--master-addr={plan.host}",
-            f"--master-port={plan.port}",
-        ]
-    else:
-        args += [
-            f"--nnodes={plan.nnodes}",
-            f"--rdzv-backend={plan.rdzv_backend}",
-            f"--rdzv-endpoint={plan.rdzv_endpoint}",
-            f"--rdzv-id={plan.rdzv_id}",
-        ]
-        if plan.rdzv_conf:
-            args.append(f"--rdzv-conf={plan.rdzv_conf}")
-    args.append(f"--max-restarts={plan.max_restarts}")
-    if shutdown_timeout is not None:
-        args.append(f"--shutdown-timeout={int(shutdown_timeout)}")
-    return [*args, "--module", WORKER_MODULE, *worker_args]
 
 
 def plan_from_env(

@@ -6,9 +6,12 @@ ranks vote (all_reduce MAX of their stop reasons) and all act on the result toge
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -64,6 +67,19 @@ class StopVote:
         if not self.sigterm:
             self.sigterm = True
             start_grace_timer(self.grace_seconds)
+
+    @contextlib.contextmanager
+    def catching_sigterm(self) -> Iterator[None]:
+        """SIGTERM becomes this rank's stop vote while training (main thread only: Python
+        runs signal handlers there)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, self.on_sigterm)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def vote(self, reason: int) -> int:
         """Cast this step's vote (SIGTERM wins over `reason`); return the previous result."""

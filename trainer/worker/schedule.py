@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -24,8 +25,10 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, min_ratio: float) 
 
 
 def build_scheduler(
-    opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int
+    opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: Callable[[], int]
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule spans `total_steps()`, asked at every step: a resume at another world size
+    re-plans the run's length, and the decay then ends where the run now ends."""
     return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, total_steps, cfg.warmup_steps, cfg.min_lr_ratio)
+        opt, lambda s: lr_factor(s, total_steps(), cfg.warmup_steps, cfg.min_lr_ratio)
     )

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.config import ConfigError, MetricsConfig, load_config
-from kubeddp.trainer.pushgateway import (
+from kubeddp.trainer.config import MetricsConfig
+from kubeddp.trainer.launcher.pushgateway import (
     PushgatewayAddressError,
     check_gateway_address,
     push_summary,
@@ -33,14 +33,6 @@ class MetricsSetupError(ValueError):
 
 class MetricsPortBusy(MetricsSetupError):
     """The port cannot be bound; training goes on without an endpoint."""
-
-
-def metrics_config_from_worker_args(worker_args: list[str]) -> MetricsConfig:
-    """The `metrics` section the workers will see (same --config/--set arguments)."""
-    from kubeddp.trainer.worker import parse_args
-
-    args = parse_args(worker_args)
-    return load_config(args.config, args.overrides).metrics
 
 
 def resolve_bind(cfg: MetricsConfig, in_kubernetes: bool, env: Mapping[str, str]) -> str:
@@ -159,15 +151,11 @@ def resolve_linger(env: Mapping[str, str]) -> float:
 
 
 def start_for_launch(
-    worker_args: list[str], in_kubernetes: bool, log: Callable[[str], None]
+    cfg: MetricsConfig, in_kubernetes: bool, log: Callable[[str], None]
 ) -> PodMetricsEndpoint | None:
-    """What launch calls. Config errors are left to the workers to report; a busy port only
-    warns (training matters more than its metrics); other bad values raise MetricsSetupError.
+    """What launch calls. A busy port only warns (training matters more than its metrics);
+    other bad values raise MetricsSetupError.
     """
-    try:
-        cfg = metrics_config_from_worker_args(worker_args)
-    except (ConfigError, SystemExit):
-        return None
     try:
         endpoint = start_pod_metrics(cfg, in_kubernetes)
     except MetricsPortBusy as exc:

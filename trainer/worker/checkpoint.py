@@ -1,4 +1,4 @@
-"""Atomic, complete, resumable checkpoints.
+"""Checkpoint files: atomic, complete, resumable.
 
 Layout: <dir>/ckpt-<step:08d>/{state.pt, config.yaml, COMPLETE}. A checkpoint is written into
 a temporary sibling directory, fsynced, marked COMPLETE, then renamed; readers only trust
@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,17 +159,12 @@ class AsyncCheckpointWriter:
         self._error: BaseException | None = None
         self._buffers: dict[str, Any] | None = None  # the last snapshot, reused by the next
         self.last_path: Path | None = None
-        self.last_duration = 0.0
-        self.last_time = 0.0
 
     def _run(self, step: int, state: dict[str, Any]) -> None:
-        start = time.perf_counter()
         try:
             self.last_path = write_checkpoint(
                 self.directory, step, state, self.config_yaml, self.keep
             )
-            self.last_duration = time.perf_counter() - start
-            self.last_time = time.time()
         except BaseException as exc:  # noqa: BLE001 - re-raised in wait()
             self._error = exc
 

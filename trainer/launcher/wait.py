@@ -10,6 +10,10 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
 
 
 class RendezvousHostUnreachable(RuntimeError):
@@ -63,3 +67,35 @@ def wait_for_host(
             log(f"[kubeddp] waiting up to {deadline_seconds:.0f}s for {host}:{port} ({step})")
             announced = True
         time.sleep(poll_seconds)
+
+
+def _is_local_address(host: str) -> bool:
+    """True when `host` resolves to an address of this machine/pod (we host the store)."""
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, _, _, _, addr in infos:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((addr[0], 0))
+                return True
+            except OSError:
+                continue
+    return False
+
+
+def wait_for_rendezvous_host(
+    plan: RendezvousPlan, deadline_seconds: float, log: Callable[[str], None]
+) -> None:
+    """The wait the plan needs before torchrun starts (none for a single node)."""
+    if not plan.wait_for_host:
+        return
+    # The store's host only needs its own name to resolve; everyone else needs the port open.
+    hosts_store = plan.node_rank == 0 if plan.rdzv_backend == "static" else None
+    if hosts_store is None:
+        wait_for_host(plan.host, plan.port, deadline_seconds, check_port=False, log=log)
+        hosts_store = _is_local_address(plan.host)
+    wait_for_host(plan.host, plan.port, deadline_seconds, check_port=not hosts_store, log=log)

@@ -1,0 +1,115 @@
+"""torchrun's elastic agent, run in the launch process: its command line, its environment and
+the exit code of a failed worker group."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from kubeddp.trainer import constants
+from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
+
+if TYPE_CHECKING:
+    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+
+WORKER_MODULE = "kubeddp.trainer.worker"
+# Seconds the agent waits for preempted workers beyond their own save budget (exit, flush).
+SHUTDOWN_MARGIN_SECONDS = 10
+
+
+def torchrun_argv(plan: RendezvousPlan, worker_args: list[str]) -> list[str]:
+    """The torchrun command line the plan stands for (launch runs it in process)."""
+    args = ["torchrun", f"--nproc-per-node={plan.nproc_per_node}"]
+    if plan.standalone:
+        # One node: keep the store on loopback, so a host name that does not resolve
+        # (`docker run --network none`) cannot stall the rendezvous.
+        args += ["--standalone", "--local-addr=127.0.0.1"]
+    elif plan.rdzv_backend == "static":
+        args += [
+            f"--nnodes={plan.nnodes}",
+            f"--node-rank={plan.node_rank}",
+            f"--master-addr={plan.host}",
+            f"--master-port={plan.port}",
+        ]
+    else:
+        args += [
+            f"--nnodes={plan.nnodes}",
+            f"--rdzv-backend={plan.rdzv_backend}",
+            f"--rdzv-endpoint={plan.rdzv_endpoint}",
+            f"--rdzv-id={plan.rdzv_id}",
+        ]
+        if plan.rdzv_conf:
+            args.append(f"--rdzv-conf={plan.rdzv_conf}")
+    args.append(f"--max-restarts={plan.max_restarts}")
+    return [*args, "--module", WORKER_MODULE, *worker_args]
+
+
+def torchrun_args(plan: RendezvousPlan) -> argparse.Namespace:
+    """torchrun's parsed arguments for the plan (the installed torch's own parser)."""
+    from torch.distributed.run import get_args_parser
+
+    return get_args_parser().parse_args(plan.argv[1:])
+
+
+def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
+    """TORCH_ELASTIC_SHUTDOWN_TIMEOUT sized to the preemption save, unless the user set one.
+
+    On SIGTERM the agent gives workers this long before SIGKILL: the save (bounded by the
+    workers' own grace timer) must fit in it. An environment variable rather than torchrun's
+    --shutdown-timeout flag, which only some torch versions have; torch versions without the
+    setting keep their fixed 30 s.
+    """
+    if "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in os.environ or os.environ.get("PET_SHUTDOWN_TIMEOUT"):
+        return {}
+    return {
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(math.ceil(preempt_grace) + SHUTDOWN_MARGIN_SECONDS)
+    }
+
+
+def exit_code_of_failure(exc: BaseException) -> int:
+    """One exit code for a failed worker group: preempted wins (retryable), then the first
+    worker's own code."""
+    failures = getattr(exc, "failures", {}) or {}
+    codes = [getattr(f, "exitcode", 1) for f in failures.values()]
+    if constants.PREEMPTED_EXIT_CODE in codes:
+        return constants.PREEMPTED_EXIT_CODE
+    positive = [c for c in codes if c and c > 0]
+    return positive[0] if positive else 1
+
+
+def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
+    """Run torchrun's elastic agent in this process (no extra exec, signals reach it).
+
+    `worker_env` is added to this process's environment, which the agent passes on to every
+    worker it starts.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import run
+
+    os.environ.update(worker_env)
+    os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
+    # torch shares the rendezvous TCPStore with the workers by default, and a restarted worker
+    # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
+    # issue 135712). A store per worker group makes --max-restarts work.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
+        threads = threads_per_worker(plan.nproc_per_node, available_cpus())
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
+    os.environ.update(shutdown_timeout_env(preempt_grace))
+    try:
+        run(torchrun_args(plan))
+    except ChildFailedError as exc:
+        code = exit_code_of_failure(exc)
+        print(
+            f"[kubeddp] training failed (worker exit code {code}); see the worker output above",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
+    except SignalException as exc:
+        return 128 + int(exc.sigval)
+    return 0

@@ -1,0 +1,186 @@
+"""`kubeddp launch` (the image entrypoint) and `kubeddp train` (the laptop shorthand).
+
+env -> RendezvousPlan -> wait for the rendezvous host -> torchrun's elastic agent, in process.
+The config is loaded here, once: launch checks it, sizes the metrics endpoint and the shutdown
+grace from it, and hands it to the workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+from kubeddp.trainer import constants
+from kubeddp.trainer.config import (
+    ConfigError,
+    add_config_options,
+    config_options_argv,
+    load_config_options,
+    resolved_config_env,
+)
+from kubeddp.trainer.launcher.agent import run_torchrun
+from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
+from kubeddp.trainer.launcher.rendezvous import RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
+
+DEFAULT_RDZV_WAIT_SECONDS = 600.0
+
+
+def _split_worker_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def launch_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kubeddp launch",
+        description="Start DDP training from whatever launched this process (torchrun, "
+        "PyTorchJob, elastic PyTorchJob, TrainJob, Indexed Job, plain env, or nothing). "
+        "--config and --set may also follow -- (as the manifests pass them).",
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        default=None,
+        help="workers on this node: N, auto, gpu or cpu (default: from the env, "
+        "else one per visible GPU, else $KUBEDDP_CPU_NPROC or 1)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        help="torchrun worker-group restarts before failing",
+    )
+    p.add_argument(
+        "--rdzv-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for the rendezvous host's DNS name and port "
+        f"(default ${constants.ENV_RDZV_WAIT_SECONDS} or 600)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan as JSON and exit")
+    add_config_options(p)
+    return p
+
+
+def config_options(
+    own: argparse.Namespace, after_dash: list[str]
+) -> tuple[argparse.Namespace, list[str]]:
+    """Launch's own --config/--set and those after `--` as one set of options, and the worker
+    arguments that stand for them (what follows `--` is kept as written)."""
+    parser = argparse.ArgumentParser(prog="kubeddp worker", description="worker arguments")
+    add_config_options(parser)
+    theirs = parser.parse_args(after_dash)  # an unknown flag exits 2 with argparse's usage line
+    if own.config and theirs.config:
+        raise ConfigError(
+            f"--config is given before and after -- ({own.config}, {theirs.config}); keep one"
+        )
+    merged = argparse.Namespace(
+        config=theirs.config or own.config, overrides=[*own.overrides, *theirs.overrides]
+    )
+    return merged, [*config_options_argv(own.config, own.overrides), *after_dash]
+
+
+def _env_number(env: Mapping[str, str], name: str, kind: type, default: float = 0) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise RendezvousError(f"{name}={raw!r} is not a number; set a number or unset it") from None
+
+
+def launch_main(argv: list[str]) -> int:
+    own, after_dash = _split_worker_args(argv)
+    args = launch_parser().parse_args(own)
+    env = os.environ
+    try:
+        options, worker_args = config_options(args, after_dash)
+        gpus = (
+            _gpu_count
+            if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
+            else (lambda: _env_number(env, constants.ENV_DRY_RUN_GPUS, int))
+        )
+        plan = plan_from_env(
+            env,
+            worker_args,
+            nproc_flag=args.nproc_per_node,
+            max_restarts=args.max_restarts,
+            gpu_count=gpus,
+        )
+    except (ConfigError, RendezvousError) as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 2
+    if args.dry_run:
+        print(plan.to_json())
+        return 0
+    try:
+        # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
+        cfg = load_config_options(options, env)
+        deadline = args.rdzv_wait
+        if deadline is None:
+            deadline = _env_number(
+                env, constants.ENV_RDZV_WAIT_SECONDS, float, DEFAULT_RDZV_WAIT_SECONDS
+            )
+    except (ConfigError, RendezvousError) as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 2
+    _log(
+        f"[kubeddp] rendezvous: {plan.source}, nodes {plan.nnodes}, {plan.nproc_per_node} "
+        f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
+    )
+    if plan.source == "torchrun":  # this process is already one of torchrun's workers
+        from kubeddp.trainer.worker.entry import run
+
+        return run(cfg)
+    try:
+        wait_for_rendezvous_host(plan, deadline, _log)
+    except RendezvousHostUnreachable as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 3
+    try:
+        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
+    except MetricsSetupError as exc:
+        _log(f"kubeddp launch: error: {exc}")
+        return 2
+    code = 1
+    try:
+        code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
+    finally:
+        if metrics is not None:
+            metrics.finish(code, _log)
+    return code
+
+
+def train_main(argv: list[str]) -> int:
+    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine."""
+    own, after_dash = _split_worker_args(argv)
+    p = argparse.ArgumentParser(prog="kubeddp train", description="train on this machine")
+    p.add_argument("--nproc", default=None, help="worker processes (default: GPUs, else 1)")
+    p.add_argument("--max-restarts", type=int, default=None)
+    p.add_argument("--dry-run", action="store_true")
+    add_config_options(p)
+    args = p.parse_args(own)
+    launch_args = []
+    if args.nproc:
+        launch_args += ["--nproc-per-node", str(args.nproc)]
+    if args.max_restarts is not None:
+        launch_args += ["--max-restarts", str(args.max_restarts)]
+    if args.dry_run:
+        launch_args.append("--dry-run")
+    launch_args += config_options_argv(args.config, args.overrides)
+    return launch_main([*launch_args, "--", *after_dash])

@@ -1,0 +1,206 @@
+"""The checkpoint manager: what a checkpoint holds, when one is saved, and resuming from one.
+
+Saving is collective: every rank sends rank 0 its RNG state (and its sample record, when
+kept) and rank 0 writes, in the background unless asked to block. Resuming reads the newest
+readable checkpoint on rank 0 and sends it to any rank that cannot read it itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kubeddp.trainer.config import Config
+from kubeddp.trainer.worker import checkpoint as ckpt
+from kubeddp.trainer.worker.distributed import DistContext, broadcast_object, gather_objects
+from kubeddp.trainer.worker.metrics import TrainingMetrics
+from kubeddp.trainer.worker.observer import SampleIdRecorder
+from kubeddp.trainer.worker.preemption import STOP_NONE, STOP_SAVE_FAILED
+from kubeddp.trainer.worker.steps import TrainState
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class CheckpointManager:
+    def __init__(
+        self,
+        cfg: Config,
+        ctx: DistContext,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scaler: torch.amp.GradScaler,
+        *,
+        metrics: TrainingMetrics,
+        log: Callable[[str], None],
+        sample_ids: SampleIdRecorder | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+        self.model = model  # unwrapped: its keys do not depend on DDP or torch.compile
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self.metrics = metrics
+        self.log = log
+        self.sample_ids = sample_ids
+        c = cfg.checkpoint
+        self.writer = (
+            ckpt.AsyncCheckpointWriter(c.dir, c.keep, cfg.to_yaml()) if ctx.is_main else None
+        )
+        self.stop_reason = STOP_NONE  # STOP_SAVE_FAILED once a save fails under policy "stop"
+
+    # ---- save --------------------------------------------------------------------------
+    def state_dict(self, state: TrainState) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": state.step,
+            "epoch": state.epoch,
+            "consumed": state.consumed,
+            "world_size": self.ctx.world_size,
+            "model_hash": self.cfg.model_hash(),
+            "config_hash": self.cfg.config_hash(),
+            "config": self.cfg.to_yaml(),
+            "first_loss": state.first_loss,
+        }
+
+    def maybe_save(self, state: TrainState, *, epoch_end: bool = False) -> None:
+        """Save at the end of an epoch and every checkpoint.every_steps steps (collective)."""
+        every = self.cfg.checkpoint.every_steps
+        if epoch_end or (every and state.step % every == 0):
+            self.save(state, blocking=not self.cfg.checkpoint.async_save)
+
+    def save(self, state: TrainState, *, blocking: bool) -> None:
+        """Collective: every rank calls it at the same step; rank 0 writes."""
+        rngs = gather_objects(_rng_state(), self.ctx.device)
+        records = (
+            gather_objects(self.sample_ids.record, self.ctx.device) if self.sample_ids else None
+        )
+        if self.writer is None:
+            return
+        start = time.perf_counter()
+        snapshot = self.writer.snapshot(self.state_dict(state))  # waits for the previous write
+        snapshot["rng"] = rngs
+        if records is not None:
+            snapshot["sample_record"] = records
+        try:
+            self.writer.save(state.step, snapshot, blocking=blocking)
+        except ckpt.CheckpointError as exc:
+            self._save_failed(exc)
+            return
+        self.metrics.on_checkpoint(
+            duration_seconds=time.perf_counter() - start, timestamp=time.time()
+        )
+
+    def check_writer(self) -> None:
+        """Report a background save that failed (cheap: only looks at a finished write)."""
+        if self.writer is not None and not self.writer.busy:
+            try:
+                self.writer.wait()
+            except ckpt.CheckpointError as exc:
+                self._save_failed(exc)
+
+    def _save_failed(self, exc: Exception) -> None:
+        policy = self.cfg.checkpoint.on_save_error
+        self.log(f"[kubeddp] checkpoint save failed: {exc} (checkpoint.on_save_error={policy})")
+        if policy == "stop":
+            self.stop_reason = STOP_SAVE_FAILED
+
+    def close(self) -> None:
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.wait()
+
+    # ---- resume ------------------------------------------------------------------------
+    def resume(self) -> TrainState | None:
+        """Load what checkpoint.resume names (collective); the state to continue from, or None
+        to start at step 0 (nothing to resume, or weights only)."""
+        c = self.cfg.checkpoint
+        if c.resume == "never":
+            return None
+        directory = c.dir if c.resume == "auto" else c.resume
+        path, loaded = None, None
+        if self.ctx.is_main:
+            found = ckpt.load_newest_valid(directory, log=self.log)
+            if found:
+                path, loaded = str(found[0].path), found[1]
+        path = broadcast_object(path, self.ctx.device)
+        if path is None:
+            if c.resume != "auto":  # an explicit path that holds nothing is a mistake
+                raise ckpt.CheckpointError(
+                    f"checkpoint.resume={c.resume!r} holds no readable checkpoint; name a "
+                    "checkpoint (.../ckpt-NNNNNNNN) or a directory of them, or use auto"
+                )
+            return None
+        ref = ckpt.CheckpointRef(Path(path), int(Path(path).name.split("-")[1]))
+        try:
+            state: dict[str, Any] | None = loaded or ckpt.load_state(ref)
+        except Exception:  # noqa: BLE001 - this pod cannot see rank 0's disk; rank 0 sends it
+            state = None
+        if not all(gather_objects(state is not None, self.ctx.device)):
+            state = broadcast_object(state if self.ctx.is_main else None, self.ctx.device)
+        assert state is not None
+        return self._load(state, ref)
+
+    def _load(self, state: dict[str, Any], ref: ckpt.CheckpointRef) -> TrainState | None:
+        weights_only = self.cfg.checkpoint.weights_only
+        if state.get("model_hash") != self.cfg.model_hash() and not weights_only:
+            raise ckpt.CheckpointError(
+                f"checkpoint {ref.path} was written for another model (workload/model "
+                "settings differ); use a new checkpoint.dir, or set "
+                "checkpoint.weights_only=true to load the matching weights only"
+            )
+        if weights_only:
+            own = self.model.state_dict()
+            weights = {
+                k: v for k, v in state["model"].items() if k in own and own[k].shape == v.shape
+            }
+            self.model.load_state_dict(weights, strict=False)
+            self.log(
+                f"[kubeddp] loaded {len(weights)}/{len(own)} weight tensors from "
+                f"{ref.path} (weights only; step and optimizer start fresh)"
+            )
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        rngs = state.get("rng") or []
+        if state.get("world_size") == self.ctx.world_size and len(rngs) > self.ctx.rank:
+            _set_rng_state(rngs[self.ctx.rank])
+        if self.sample_ids is not None:
+            self.sample_ids.restore(
+                state.get("sample_record") or [], self.ctx.rank, self.ctx.world_size
+            )
+        resumed = TrainState(
+            step=state["step"],
+            epoch=state["epoch"],
+            consumed=state["consumed"],
+            first_loss=state.get("first_loss"),
+        )
+        self.log(
+            f"[kubeddp] resumed from {ref.path} (step {resumed.step}, epoch "
+            f"{resumed.epoch}, {resumed.consumed} samples into the epoch)"
+        )
+        return resumed

@@ -1,0 +1,92 @@
+"""One training process: its config, distributed init, the Trainer, teardown, the exit code.
+
+Started by `kubeddp launch`, a worker takes the config launch loaded (passed in its
+environment); started by a user's own torchrun, it reads --config/--set itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kubeddp.trainer import constants
+from kubeddp.trainer.config import (
+    Config,
+    ConfigError,
+    add_config_options,
+    load_config_options,
+    resolved_config,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kubeddp worker", description="one DDP training process")
+    add_config_options(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = resolved_config(os.environ) or load_config_options(args, os.environ)
+    except ConfigError as exc:
+        print(f"kubeddp: error: {exc}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
+def _write_config_copy(cfg: Config) -> None:
+    """The effective config next to the checkpoints: what produced them, readable by a person."""
+    try:
+        Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.checkpoint.dir) / "config.yaml").write_text(cfg.to_yaml())
+    except OSError as exc:
+        print(
+            f"[kubeddp] warning: cannot write {cfg.checkpoint.dir}/config.yaml: {exc.strerror}",
+            flush=True,
+        )
+
+
+def run(cfg: Config) -> int:
+    """Train with `cfg` in this process; the exit code (143 after a preemption save)."""
+    rank = int(os.environ.get("RANK", "0"))
+    # Imported after the config is known good: torch takes a second or two to import.
+    from kubeddp.trainer.worker.checkpoint import CheckpointError
+    from kubeddp.trainer.worker.distributed import (
+        DistributedSetupError,
+        init_distributed,
+        teardown,
+    )
+    from kubeddp.trainer.worker.loop import Trainer
+    from kubeddp.trainer.worker.preemption import Preempted
+
+    try:
+        ctx = init_distributed(cfg.ddp)
+    except DistributedSetupError as exc:
+        print(f"kubeddp: error: {exc}", file=sys.stderr)
+        return 2
+    if ctx.is_main:
+        print("[kubeddp] effective config:\n" + cfg.to_yaml(), flush=True)
+        _write_config_copy(cfg)
+    code = 0
+    try:
+        trainer = Trainer(cfg, ctx)
+    except ValueError as exc:  # ConfigError/WorkloadError: a corpus or factory that is wrong
+        print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        teardown(barrier=False)
+        return 2
+    try:
+        code = trainer.fit()
+    except Preempted as exc:
+        code = int(exc.code)
+    except (CheckpointError, ValueError) as exc:
+        print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        code = 2
+    finally:
+        trainer.close()
+        del trainer
+    if code == constants.PREEMPTED_EXIT_CODE:
+        # Peers may already be gone; skip the teardown barrier and exit at once.
+        os._exit(code)
+    teardown(barrier=code == 0)
+    if rank == 0 and code == 0:
+        print("[kubeddp] finished", flush=True)
+    return code

@@ -1,0 +1,40 @@
+"""Where training stands, and how many optimizer steps are left from there.
+
+The position inside an epoch is `consumed`, global samples (see sampler.py), so it holds for
+any world size: a run resumed at another world size plans its remaining steps from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kubeddp.trainer.config import TrainConfig
+
+
+@dataclass
+class TrainState:
+    """The trainer's own part of a checkpoint."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0
+    consumed: int = 0  # global samples of `epoch` already trained
+    first_loss: float | None = None  # the loss of the run's first step (the "start" in the log)
+
+
+def epoch_steps(samples: int, world_size: int, cfg: TrainConfig) -> int:
+    """Optimizer steps that train `samples` global samples split over `world_size` ranks."""
+    per_rank = math.ceil(max(0, samples) / world_size)
+    return math.ceil(math.ceil(per_rank / cfg.batch_size) / cfg.grad_accum_steps)
+
+
+def steps_left(state: TrainState, dataset_len: int, world_size: int, cfg: TrainConfig) -> int:
+    """Optimizer steps from `state` to the end of training at this world size: the rest of
+    this epoch, the epochs after it, capped by train.max_steps."""
+    if state.epoch >= cfg.epochs:
+        return 0
+    left = epoch_steps(dataset_len - state.consumed, world_size, cfg)
+    left += epoch_steps(dataset_len, world_size, cfg) * (cfg.epochs - state.epoch - 1)
+    if cfg.max_steps:
+        left = min(left, max(0, cfg.max_steps - state.step))
+    return left
