@@ -93,10 +93,8 @@ class CheckpointManager:
 
     def save(self, state: TrainState, *, blocking: bool) -> None:
         """Collective: every rank calls it at the same step; rank 0 writes."""
-        rngs = gather_objects(_rng_state(), self.ctx.device)
-        records = (
-            gather_objects(self.sample_ids.record, self.ctx.device) if self.sample_ids else None
-        )
+        rngs = gather_objects(_rng_state())
+        records = gather_objects(self.sample_ids.record) if self.sample_ids else None
         if self.writer is None:
             return
         start = time.perf_counter()
@@ -145,7 +143,7 @@ class CheckpointManager:
             found = ckpt.load_newest_valid(directory, log=self.log)
             if found:
                 path, loaded = str(found[0].path), found[1]
-        path = broadcast_object(path, self.ctx.device)
+        path = broadcast_object(path)
         if path is None:
             if c.resume != "auto":  # an explicit path that holds nothing is a mistake
                 raise ckpt.CheckpointError(
@@ -158,8 +156,8 @@ class CheckpointManager:
             state: dict[str, Any] | None = loaded or ckpt.load_state(ref)
         except Exception:  # noqa: BLE001 - this pod cannot see rank 0's disk; rank 0 sends it
             state = None
-        if not all(gather_objects(state is not None, self.ctx.device)):
-            state = broadcast_object(state if self.ctx.is_main else None, self.ctx.device)
+        if not all(gather_objects(state is not None)):
+            state = broadcast_object(state if self.ctx.is_main else None)
         assert state is not None
         return self._load(state, ref)
 

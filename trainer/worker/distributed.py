@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -132,48 +131,19 @@ def teardown(barrier: bool = True) -> None:
         dist.destroy_process_group()
 
 
-# torch's all_gather_object/broadcast_object_list turn received bytes into objects through
-# numpy, which the image does not install; these move pickled bytes in uint8 tensors instead.
-
-
-def _bytes_tensor(obj: Any, device: torch.device) -> torch.Tensor:
-    return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
-
-
-def _object(received: torch.Tensor, size: int) -> Any:
-    data = bytearray(size)
-    torch.frombuffer(data, dtype=torch.uint8).copy_(received[:size])
-    return pickle.loads(data)
-
-
-def gather_objects(obj: Any, device: torch.device) -> list[Any]:
+def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order, on every rank (collective)."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
-    sent = _bytes_tensor(obj, device)
-    size = torch.tensor([sent.numel()], dtype=torch.int64, device=device)
-    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, size)
-    longest = max(int(s.item()) for s in sizes)
-    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
-    padded[: sent.numel()] = sent
-    received = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(received, padded)
-    return [_object(t, int(s.item())) for t, s in zip(received, sizes, strict=True)]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
-def broadcast_object(obj: Any, device: torch.device, src: int = 0) -> Any:
+def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Rank `src`'s `obj` on every rank (collective; the other ranks' `obj` is ignored)."""
     if not (dist.is_available() and dist.is_initialized()):
         return obj
-    is_src = dist.get_rank() == src
-    sent = _bytes_tensor(obj, device) if is_src else None
-    size = torch.tensor([sent.numel() if sent is not None else 0], dtype=torch.int64, device=device)
-    dist.broadcast(size, src=src)
-    buffer = (
-        sent
-        if sent is not None
-        else torch.empty(int(size.item()), dtype=torch.uint8, device=device)
-    )
-    dist.broadcast(buffer, src=src)
-    return obj if is_src else _object(buffer, int(size.item()))
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
