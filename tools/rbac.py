@@ -6,7 +6,7 @@ it kubeddp validates offline against the Kubeflow SDK models.
 
 from __future__ import annotations
 
-from kubeddp.trainer import constants as C
+from kubeddp.tools import k8s_names as names
 
 ROLE_NAME = "kubeddp-submitter"
 SUBMITTERS_GROUP = "kubeddp-submitters"  # bind your users or service accounts here
@@ -33,9 +33,9 @@ def _metadata(namespace: str | None) -> dict:
     if namespace:
         meta["namespace"] = namespace
     meta["labels"] = {
-        C.LABEL_NAME: C.APP_NAME,
-        C.LABEL_MANAGED_BY: C.APP_NAME,
-        C.LABEL_COMPONENT: "rbac",
+        names.LABEL_NAME: names.APP_NAME,
+        names.LABEL_MANAGED_BY: names.APP_NAME,
+        names.LABEL_COMPONENT: "rbac",
     }
     return meta
 
