@@ -20,7 +20,7 @@ def build_fleet_podmonitor(namespace: str | None = None, extra_labels: dict | No
     meta["labels"] = {
         names.LABEL_NAME: names.APP_NAME,
         names.LABEL_MANAGED_BY: names.APP_NAME,
-        names.LABEL_COMPONENT: "metrics",
+        names.LABEL_COMPONENT: names.METRICS_COMPONENT,
         **(extra_labels or {}),
     }
     target_labels = [names.LABEL_INSTANCE]

@@ -196,9 +196,16 @@ def _default_cell(default: Any) -> str:
 
 
 def _flags_cell(value: CV.Value) -> str:
-    if not value.flags:
+    """The options that set the value or a part of it (`--elastic` sets elastic.minNodes)."""
+    options = [
+        flag.name
+        for flag, owner in CV.FLAGS
+        for target in CV.flag_sets(flag, owner)
+        if target == value.path or target.startswith(value.path + ".")
+    ]
+    if not options:
         return CV.NOT_FLAGS.get(value.path, "")
-    return ", ".join(f"`{flag.name}`" for flag in value.flags)
+    return ", ".join(f"`{option}`" for option in dict.fromkeys(options))
 
 
 def values_table() -> str:
@@ -255,6 +262,7 @@ def chart_constants() -> dict[str, Any]:
         "labelComponent": names.LABEL_COMPONENT,
         "labelManagedBy": names.LABEL_MANAGED_BY,
         "trainerComponent": names.TRAINER_COMPONENT,
+        "metricsComponent": names.METRICS_COMPONENT,
         "istioInjectAnnotation": names.ISTIO_INJECT_ANNOTATION,
         "kueueQueueLabel": names.KUEUE_QUEUE_LABEL,
         "gpuResource": names.GPU_RESOURCE,

@@ -21,6 +21,7 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 TRAINER_COMPONENT = "trainer"
+METRICS_COMPONENT = "metrics"  # PodMonitors
 
 # Istio: a sidecar breaks the rendezvous; this annotation opts the pod out.
 ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"

@@ -104,7 +104,7 @@ def check_values(values: dict[str, Any], provenance: Provenance) -> None:
 def _helm_error(exc: Exception, provenance: Provenance) -> RenderError:
     text = str(exc)
     found = _FAIL.search(text)
-    message = (found.group(1) if found else text).strip().splitlines()[0]
+    message = " ".join((found.group(1) if found else text).split())  # one line
     name = _VALUE_NAME.search(message)
     option = option_for(name.group(1), provenance) if name else "render"
     return RenderError(f"{option}: {message.replace('`', '')}")

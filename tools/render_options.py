@@ -57,6 +57,8 @@ def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = Tr
         options: dict[str, Any] = {"dest": dest(flag), "help": _help(flag, value), "default": None}
         if flag.metavar:
             options["metavar"] = flag.metavar
+        elif "enum" in value.schema and not flag.sets:  # show the choices; the schema checks
+            options["metavar"] = "{" + ",".join(c for c in value.schema["enum"] if c) + "}"
         if flag.read == "int":
             options["type"] = int
         elif flag.read == "switch":

@@ -281,9 +281,8 @@ def config_fields() -> list[tuple[str, type, dataclasses.Field]]:
 
 
 def _choices(path: str) -> tuple[str, ...]:
-    section, key = path.split(".")
-    for item in dataclasses.fields(_field_types(Config)[section]):
-        if item.name == key:
+    for key, _, item in config_fields():
+        if key == path:
             return item.metadata.get("choices", ())
     return ()
 

@@ -311,3 +311,11 @@ def test_values_files_pass_yamllint() -> None:
         for problem in linter.run(path.read_text(), config)
     ]
     assert problems == []
+
+
+def test_each_kind_has_its_template() -> None:
+    """A kind's template names the kind it renders: the one place the chart spells a kind."""
+    for kind in KINDS.values():
+        template = CHART / "templates" / f"{kind.name}.yaml"
+        first = template.read_text().splitlines()[0]
+        assert first == f'{{{{- if eq .Values.kind "{kind.chart_kind}" }}}}', template

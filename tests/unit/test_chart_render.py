@@ -21,6 +21,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from tests.helpers.render import render_job
 
@@ -35,7 +36,6 @@ CRD_FILES = {
         "v1alpha1",
     ),
 }
-KINDS = {"PyTorchJob": "pytorchjob", "TrainJob": "trainjob", "IndexedJob": "indexedjob"}
 RELEASE = "demo"
 NAMESPACE = "ml"
 
@@ -97,7 +97,7 @@ def test_ci_files_cover_every_scenario() -> None:
         features |= {key for key in ("elastic", "gang", "kueue") if key in values}
         if values.get("gpusPerNode", 0) == 0:
             features.add("cpu")
-    assert kinds == set(KINDS)
+    assert kinds == {kind.chart_kind for kind in KINDS.values()}  # a ci/ file per kind
     assert features == {"elastic", "gang", "kueue", "cpu"}
 
 
@@ -352,7 +352,7 @@ def test_helm_test_pod_fails_on_a_bad_trainer_config(tmp_path: Path) -> None:
     assert "epochz" in result.stderr
 
 
-KINDS_OF_JOBS = ("PyTorchJob", "TrainJob", "Job")
+KINDS_OF_JOBS = tuple(kind.resource.kind for kind in KINDS.values())
 
 
 def first_image(node: Any) -> str | None:

@@ -11,6 +11,7 @@ labelInstance: app.kubernetes.io/instance
 labelComponent: app.kubernetes.io/component
 labelManagedBy: app.kubernetes.io/managed-by
 trainerComponent: trainer
+metricsComponent: metrics
 istioInjectAnnotation: sidecar.istio.io/inject
 kueueQueueLabel: kueue.x-k8s.io/queue-name
 gpuResource: nvidia.com/gpu
