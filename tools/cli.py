@@ -161,7 +161,7 @@ def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
 
 def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dict], int]:
     """Render options -> validated documents, or ([], exit code) after printing the error."""
-    from kubeddp.tools.chart_values import OptionError
+    from kubeddp.tools.chart_value_types import OptionError
     from kubeddp.tools.kube import KubeError
     from kubeddp.tools.render import RenderError, render_documents
     from kubeddp.tools.render_options import values_from_args

@@ -23,6 +23,7 @@ import yaml
 
 from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools.chart_value_types import Value
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
@@ -195,7 +196,7 @@ def _default_cell(default: Any) -> str:
     return f"`{json.dumps(default)}`" if default != "" else '`""`'
 
 
-def _flags_cell(value: CV.Value) -> str:
+def _flags_cell(value: Value) -> str:
     """The options that set the value or a part of it (`--elastic` sets elastic.minNodes)."""
     options = [
         flag.name

@@ -15,8 +15,19 @@ class Pattern:
     regex: str
     means: str  # completes "VALUE is not ..."
 
+    def __post_init__(self) -> None:
+        _MEANINGS.setdefault(self.regex, self.means)
+
     def match(self, text: str) -> bool:
         return re.fullmatch(self.regex, text) is not None
+
+
+_MEANINGS: dict[str, str] = {}  # every Pattern made, by regex
+
+
+def meaning(regex: str) -> str | None:
+    """What a pattern used in the chart's schema stands for, in words."""
+    return _MEANINGS.get(regex)
 
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -53,7 +64,11 @@ IMAGE_DIGEST = Pattern(
 )
 RDZV_ID = Pattern(r"^[-._a-zA-Z0-9]*$", "a rendezvous id (letters, digits and '-._')")
 DURATION = Pattern(r"^(([0-9]+(ms|s|m|h))+)?$", "a Prometheus duration (e.g. 15s, 1m)")
-NPROC = Pattern(r"^(auto|cpu|gpu|[1-9][0-9]*)$", "a process count or auto, cpu, gpu")
+
+
+def count_or(words: tuple[str, ...]) -> Pattern:
+    """A positive count, or one of these words."""
+    return Pattern(f"^({'|'.join(words)}|[1-9][0-9]*)$", f"a count or one of {', '.join(words)}")
 
 
 def optional(pattern: Pattern) -> Pattern:

@@ -68,18 +68,9 @@ def _schema_validator() -> Any:
     return jsonschema.Draft7Validator(schema)
 
 
-def _pattern_means(regex: str) -> str | None:
-    for item in vars(patterns).values():
-        if isinstance(item, patterns.Pattern):
-            for candidate in (item, patterns.optional(item)):
-                if candidate.regex == regex:
-                    return candidate.means
-    return None
-
-
 def _describe(error: Any) -> str:
     if error.validator == "pattern":
-        means = _pattern_means(error.validator_value)
+        means = patterns.meaning(error.validator_value)
         if means:
             return f"{error.instance!r} is not {means}"
     if error.validator == "enum":

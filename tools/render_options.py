@@ -15,16 +15,8 @@ from typing import Any
 
 import yaml
 
-from kubeddp.tools.chart_values import (
-    DEFAULT_JOB_NAME,
-    FLAGS,
-    GROUPS,
-    MANAGED_BY,
-    Flag,
-    OptionError,
-    Value,
-    flag_sets,
-)
+from kubeddp.tools.chart_value_types import Flag, OptionError, Value
+from kubeddp.tools.chart_values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
 from kubeddp.tools.kinds import KINDS
 from kubeddp.trainer.config import ConfigError, config_from_dict, parse_override
 
