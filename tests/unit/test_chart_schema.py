@@ -17,6 +17,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from kubeddp.tools.chart_values import BY_PATH
 from kubeddp.tools.kinds import KINDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -255,16 +256,13 @@ def test_every_fail_rule_is_tested() -> None:
     assert untested == []
 
 
-# A value that counts as "set" for each path a kind may refuse (0 counts: backoffLimit 0).
-SET_VALUES = {
-    "elastic.enabled": True,
-    "gang.scheduler": "volcano",
-    "cleanPodPolicy": "All",
-    "restartPolicy": "Never",
-    "backoffLimit": 0,
-    "ttlSecondsAfterFinished": 60,
-    "priorityClassName": "high",
-}
+def a_set_value(path: str) -> object:
+    """A valid value that counts as "set" (0 does: backoffLimit 0 is a setting)."""
+    schema = BY_PATH[path].schema
+    if "enum" in schema:
+        return next(option for option in schema["enum"] if option)
+    kind = schema["type"][0] if isinstance(schema["type"], list) else schema["type"]
+    return {"boolean": True, "integer": schema.get("minimum", 0), "string": "x"}[kind]
 
 
 @pytest.mark.parametrize(
@@ -278,7 +276,7 @@ def test_each_kind_refuses_each_value_it_cannot_take(kind: str, path: str) -> No
     node = values
     for part in parents:
         node = node.setdefault(part, {})
-    node[key] = SET_VALUES[path]
+    node[key] = a_set_value(path)
     message = render_error(values)
     assert f"`{path}` (" in message and f"cannot be set for kind {kind}" in message
 
