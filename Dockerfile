@@ -54,6 +54,8 @@ COPY pyproject.toml /src/
 COPY kubeddp/ /src/kubeddp/
 COPY trainer/ /src/trainer/
 COPY tools/ /src/tools/
+# The Helm chart is part of the package (kubeddp.chart): `kubeddp render` renders it.
+COPY charts/kubeddp/ /src/charts/kubeddp/
 # A wheel of kubeddp, installed in the runtime stage: a code change then adds a small layer
 # there instead of a new copy of the whole venv. setuptools reads the readme that
 # pyproject.toml names; the image does not need its text.

@@ -11,7 +11,7 @@ REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CREATED ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(CREATED)
 
-.PHONY: setup demo test test-fast lint bench k8s image image-cpu chart-lint e2e-kind test-image clean
+.PHONY: setup demo test test-fast lint bench chart k8s image image-cpu chart-lint e2e-kind test-image clean
 
 setup: $(VENV)/.installed
 
@@ -54,7 +54,13 @@ e2e-kind: setup
 bench: setup
 	$(BIN)/python -m tests.bench.run
 
-k8s: setup
+# Generated from the Python definitions: the chart's values.yaml, values.schema.json,
+# templates/_constants.tpl and README values table, and docs/config-reference.md.
+chart: setup
+	$(BIN)/python -m kubeddp.tools.gen_chart
+
+# k8s/ is rendered from the chart.
+k8s: chart
 	$(BIN)/python -m kubeddp.tools.gen_k8s
 
 # The GPU image (CUDA torch from PyPI) and the CPU image (also tagged kubeddp:cpu, the name

@@ -11,6 +11,17 @@ import typing
 
 EXIT_BAD_INPUT = 2
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
+# The `cli` extra: what render, validate, submit and the cluster commands import.
+CLI_EXTRA_MODULES = (
+    "helm_python",
+    "jsonschema",
+    "kubernetes",
+    "kubernetes_validate",
+    "kubeflow",
+    "kubeflow_trainer_api",
+    "pydantic",
+)
+INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
         return EXIT_BAD_INPUT
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except ModuleNotFoundError as exc:  # a plain `pip install kubeddp` has no `cli` extra
+        if (exc.name or "").split(".")[0] not in CLI_EXTRA_MODULES:
+            raise
+        return _fail(
+            argv[0],
+            f"this command needs the CLI's libraries ({exc.name} is not installed); "
+            f"install them with: {INSTALL_CLI_EXTRA}",
+        )
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -38,6 +58,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kubeddp.tools.kinds import KINDS
     from kubeddp.tools.render_options import add_render_options
 
     parser = OneLineErrorParser(
@@ -76,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("name", metavar="NAME")
-        cmd.add_argument(
-            "--kind", choices=("pytorchjob", "trainjob", "indexedjob"), default="pytorchjob"
-        )
+        cmd.add_argument("--kind", choices=list(KINDS), default=next(iter(KINDS)))
         _add_cluster_options(cmd, with_namespace=True)
         cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
     sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
@@ -123,10 +142,11 @@ def _connect(args: argparse.Namespace, timeout: float = 30.0):
 
 def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
     """CRDs from the cluster for `--validate-against cluster|auto`; {} means offline."""
+    from kubeddp.tools.kinds import KINDS
     from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.validate import KUBEFLOW_KINDS
 
-    keys = sorted({f"{d.get('apiVersion')}/{d.get('kind')}" for d in docs} & set(KUBEFLOW_KINDS))
+    custom = {kind.resource.key for kind in KINDS.values() if kind.custom_resource}
+    keys = sorted({f"{d.get('apiVersion')}/{d.get('kind')}" for d in docs} & custom)
     if args.validate_against == "offline" or not keys:
         return {}
     try:
@@ -141,18 +161,16 @@ def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
 
 def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dict], int]:
     """Render options -> validated documents, or ([], exit code) after printing the error."""
-    from kubeddp.tools.jobspec import SpecError, check_spec
+    from kubeddp.tools.chart_value_types import OptionError
     from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.manifests import build_manifests
-    from kubeddp.tools.render_options import spec_from_args
+    from kubeddp.tools.render import RenderError, render_documents
+    from kubeddp.tools.render_options import values_from_args
     from kubeddp.tools.validate import validate_documents
 
     try:
-        spec = spec_from_args(args)
-        check_spec(spec)
-    except SpecError as exc:
+        docs = render_documents(*values_from_args(args))
+    except (OptionError, RenderError) as exc:
         return [], _fail(command, str(exc))
-    docs = build_manifests(spec)
     try:
         problems = validate_documents(docs, command, _crd_schemas(args, docs))
     except KubeError as exc:
@@ -165,7 +183,7 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from kubeddp.tools.manifests import to_json, to_yaml
+    from kubeddp.tools.render import to_json, to_yaml
 
     docs, code = _checked_documents(args, "render")
     if code:
@@ -207,7 +225,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from kubeddp.tools import jobs
     from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.manifests import to_yaml
+    from kubeddp.tools.render import to_yaml
     from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
 
     if args.filename and args.kind:

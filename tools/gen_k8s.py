@@ -14,12 +14,12 @@ from pathlib import Path
 
 import yaml
 
-from kubeddp.tools.jobspec import check_spec
-from kubeddp.tools.manifests import build_fleet_podmonitor, build_manifests, to_yaml
+from kubeddp.tools.fleet_podmonitor import build_fleet_podmonitor
+from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
 from kubeddp.tools.rbac import build_rbac
-from kubeddp.tools.render_options import spec_from_args
+from kubeddp.tools.render import render_documents, to_yaml
+from kubeddp.tools.render_options import values_from_args
 from kubeddp.tools.validate import validate_documents
-from kubeddp.trainer import constants as C
 
 GPU_NODE = (
     "--gpus-per-node 8 --cpu 32 --memory 256Gi --shm-size 32Gi --checkpoint-size 100Gi"
@@ -33,7 +33,7 @@ RENDER_COMMANDS: dict[str, str] = {
     "indexedjob.yaml": f"indexedjob --name kubeddp-indexed --nodes 2 {GPU_NODE}",
     # The kind CI job: CPU image loaded with `kind load docker-image`, small enough for one node.
     "pytorchjob-cpu-gloo.yaml": (
-        f"pytorchjob --name kubeddp-cpu --image {C.IMAGE_CPU_LOCAL} --nodes 2 --nproc-per-node 1"
+        f"pytorchjob --name kubeddp-cpu --image {IMAGE_CPU_LOCAL} --nodes 2 --nproc-per-node 1"
         " --cpu 250m --memory 512Mi --cpu-limit 1 --memory-limit 1Gi --shm-size 256Mi"
         " --backoff-limit 0 --set workload.name=regression --set train.max_steps=20"
         " --set train.log_every=5 --set checkpoint.every_steps=10"
@@ -61,18 +61,13 @@ def render_args(argv: list[str]):
 def generated_files() -> dict[str, str]:
     files: dict[str, str] = {}
     for name, command in RENDER_COMMANDS.items():
-        argv = shlex.split(command)
-        spec = spec_from_args(render_args(argv))
-        check_spec(spec)
-        docs = build_manifests(spec)
+        docs = render_documents(*values_from_args(render_args(shlex.split(command))))
         problems = validate_documents(docs, name)
         if problems:
             raise SystemExit(f"gen_k8s: {name}: {problems[0]}")
         files[name] = _header(f"kubeddp render {command}") + to_yaml(docs)
     monitor = [build_fleet_podmonitor(extra_labels=PODMONITOR_LABELS)]
-    files["podmonitor.yaml"] = _header("kubeddp.tools.manifests.build_fleet_podmonitor") + to_yaml(
-        monitor
-    )
+    files["podmonitor.yaml"] = _header("kubeddp.tools.fleet_podmonitor") + to_yaml(monitor)
     files["rbac.yaml"] = _header("kubeddp.tools.rbac.build_rbac") + to_yaml(build_rbac())
     files["kustomization.yaml"] = _header("kubeddp.tools.gen_k8s") + yaml.safe_dump(
         KUSTOMIZATION, sort_keys=False

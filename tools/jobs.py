@@ -1,50 +1,22 @@
-"""Job-level cluster commands on top of `kube.Cluster`: submit, status, logs, wait, delete."""
+"""Job-level cluster commands on top of `kube.Cluster`: submit, status, logs, wait, delete.
+
+What differs between the kinds (resource, pod label, container, conditions, status fields)
+comes from the kind's module in tools/kinds.
+"""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TextIO
 
-from kubeddp.tools.kube import RESOURCES, Cluster, KubeError, Resource
-from kubeddp.tools.manifests import JOB_NAME_LABEL
-from kubeddp.trainer import constants as C
+from kubeddp.tools.kinds import KINDS, JobKind
+from kubeddp.tools.kube import Cluster, KubeError
+from kubeddp.tools.resources import CONFIG_MAP, PERSISTENT_VOLUME_CLAIM, POD, POD_MONITOR
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 124
-
-
-@dataclass(frozen=True)
-class JobKind:
-    resource: Resource
-    pod_label: str  # the label the operator puts on the job's pods
-    container: str
-    success_conditions: tuple[str, ...]
-
-
-JOB_KINDS = {
-    "pytorchjob": JobKind(
-        RESOURCES["kubeflow.org/v1/PyTorchJob"],
-        JOB_NAME_LABEL["pytorchjob"],
-        C.PYTORCHJOB_CONTAINER,
-        ("Succeeded",),
-    ),
-    "trainjob": JobKind(
-        RESOURCES["trainer.kubeflow.org/v1alpha1/TrainJob"],
-        JOB_NAME_LABEL["trainjob"],
-        C.TRAINJOB_CONTAINER,
-        ("Complete",),
-    ),
-    "indexedjob": JobKind(
-        RESOURCES["batch/v1/Job"],
-        JOB_NAME_LABEL["indexedjob"],
-        C.INDEXEDJOB_CONTAINER,
-        ("Complete", "SuccessCriteriaMet"),
-    ),
-}
 
 
 def submit(cluster: Cluster, docs: list[dict], dry_run: bool, out: TextIO) -> None:
@@ -68,27 +40,8 @@ def terminal_state(kind: JobKind, job: dict) -> str | None:
     return None
 
 
-def _replica_lines(kind_name: str, status: dict) -> list[str]:
-    if kind_name == "pytorchjob":
-        return [
-            f"  {replica}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-            for replica, counts in sorted((status.get("replicaStatuses") or {}).items())
-            if isinstance(counts, dict)
-        ]
-    if kind_name == "trainjob":
-        return [
-            f"  {job.get('name')}: "
-            + ", ".join(f"{k}={job.get(k, 0)}" for k in ("active", "ready", "succeeded", "failed"))
-            for job in status.get("jobsStatus") or []
-        ]
-    return [
-        "  pods: "
-        + ", ".join(f"{k}={status.get(k, 0)}" for k in ("active", "ready", "succeeded", "failed"))
-    ]
-
-
 def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
-    kind = JOB_KINDS[kind_name]
+    kind = KINDS[kind_name]
     job = cluster.get(kind.resource, name)
     job_status = job.get("status") or {}
     state = terminal_state(kind, job) or "Running"
@@ -102,10 +55,10 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
             file=out,
         )
     print("replicas:", file=out)
-    for line in _replica_lines(kind_name, job_status):
+    for line in kind.replica_lines(job_status):
         print(line, file=out)
     print("pods:", file=out)
-    for pod in cluster.list_pods(f"{kind.pod_label}={name}"):
+    for pod in cluster.list_pods(f"{kind.job_name_label}={name}"):
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
         phase = (pod.get("status") or {}).get("phase", "?")
@@ -116,7 +69,7 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
 def wait(
     cluster: Cluster, kind_name: str, name: str, timeout_s: float, interval_s: float, out: TextIO
 ) -> int:
-    kind = JOB_KINDS[kind_name]
+    kind = KINDS[kind_name]
     deadline = time.monotonic() + timeout_s
     while True:
         state = terminal_state(kind, cluster.get(kind.resource, name))
@@ -133,13 +86,9 @@ def wait(
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
-def _selector(kind_name: str, name: str, replica: str | None) -> str:
-    selector = f"{JOB_KINDS[kind_name].pod_label}={name}"
-    if replica is None:
-        return selector
-    if kind_name == "pytorchjob":
-        return f"{selector},{C.PYTORCHJOB_REPLICA_TYPE_LABEL}={replica.lower()}"
-    return f"{selector},{C.INDEXEDJOB_INDEX_LABEL}={replica}"
+def _selector(kind: JobKind, name: str, replica: str | None) -> str:
+    selector = f"{kind.job_name_label}={name}"
+    return selector if replica is None else f"{selector},{kind.replica_selector(replica)}"
 
 
 def logs(
@@ -151,8 +100,8 @@ def logs(
     tail_lines: int | None,
     out: TextIO,
 ) -> None:
-    kind = JOB_KINDS[kind_name]
-    pods = [p["metadata"]["name"] for p in cluster.list_pods(_selector(kind_name, name, replica))]
+    kind = KINDS[kind_name]
+    pods = [p["metadata"]["name"] for p in cluster.list_pods(_selector(kind, name, replica))]
     if not pods:
         raise KubeError(
             f"no pods of {kind.resource.kind} {name!r} in namespace "
@@ -170,7 +119,7 @@ def logs(
         query: list[tuple[str, object]] = [("container", kind.container), ("follow", "true")]
         if tail_lines is not None:
             query.append(("tailLines", tail_lines))
-        path = f"{RESOURCES['v1/Pod'].collection_path(cluster.namespace)}/{pod}/log"
+        path = f"{POD.collection_path(cluster.namespace)}/{pod}/log"
         try:
             response = cluster.stream(path, query)
             for raw in response:
@@ -191,17 +140,13 @@ def logs(
 
 def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: TextIO) -> None:
     """The job, then what `kubeddp render` made for it; a missing companion is not an error."""
-    kind = JOB_KINDS[kind_name]
+    kind = KINDS[kind_name]
     cluster.delete(kind.resource, name)
     print(f"{kind.resource.kind.lower()}/{name} deleted", file=out)
-    companions = [
-        (RESOURCES["v1/ConfigMap"], f"{name}-config"),
-        (RESOURCES["monitoring.coreos.com/v1/PodMonitor"], name),
-    ]
-    if kind_name == "indexedjob":
-        companions.append((RESOURCES["v1/Service"], name))
+    companions = [(CONFIG_MAP, f"{name}-config"), (POD_MONITOR, name)]
+    companions += [(resource, name) for resource in kind.companions]
     if delete_pvc:
-        companions.append((RESOURCES["v1/PersistentVolumeClaim"], f"{name}-checkpoints"))
+        companions.append((PERSISTENT_VOLUME_CLAIM, f"{name}-checkpoints"))
     for resource, companion in companions:
         try:
             cluster.delete(resource, companion)
@@ -210,7 +155,3 @@ def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: T
                 continue
             raise
         print(f"{resource.kind.lower()}/{companion} deleted", file=out)
-
-
-def print_error(exc: Exception) -> None:
-    print(f"kubeddp: {exc}", file=sys.stderr)

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TRAINING_OPERATOR_VERSION = "v1.9.4"
-TRAINER_VERSION = "v2.3.0"
-INSTALL_TRAINING_OPERATOR = (
-    "kubectl apply --server-side -k "
-    f'"github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"'
-)
-INSTALL_TRAINER = (
-    "kubectl apply --server-side -k "
-    f'"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref={TRAINER_VERSION}" && '
-    "kubectl apply --server-side -k "
-    f'"github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={TRAINER_VERSION}"'
-)
-INSTALL_HINTS = {
-    "kubeflow.org": f"install the Kubeflow training operator {TRAINING_OPERATOR_VERSION}: "
-    f"{INSTALL_TRAINING_OPERATOR}",
-    "trainer.kubeflow.org": f"install Kubeflow Trainer {TRAINER_VERSION}: {INSTALL_TRAINER}",
-    "monitoring.coreos.com": "install the Prometheus Operator (kube-prometheus-stack), or render "
+from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
+
+INSTALL_HINTS = {  # by API group: what to install when its API is missing
+    **{kind.resource.group: kind.install_hint for kind in KINDS.values() if kind.install_hint},
+    POD_MONITOR.group: "install the Prometheus Operator (kube-prometheus-stack), or render "
     "without --podmonitor",
 }
 RBAC_HINT = "ask an admin to apply k8s/rbac.yaml (Role kubeddp-submitter) and bind it to you"
@@ -39,47 +27,9 @@ class KubeError(RuntimeError):
     """A cluster operation failed; the message is one line with the fix."""
 
 
-@dataclass(frozen=True)
-class Resource:
-    """Where objects of one kind live in the REST API."""
-
-    kind: str
-    group: str  # "" for the core group
-    version: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def full_name(self) -> str:
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def collection_path(self, namespace: str) -> str:
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        return f"{prefix}/namespaces/{namespace}/{self.plural}"
-
-
 RESOURCES = {
-    r.api_version + "/" + r.kind: r
-    for r in (
-        Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
-        Resource("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-        Resource("PodMonitor", "monitoring.coreos.com", "v1", "podmonitors"),
-        Resource("Job", "batch", "v1", "jobs"),
-        Resource("ConfigMap", "", "v1", "configmaps"),
-        Resource("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
-        Resource("Service", "", "v1", "services"),
-        Resource("Pod", "", "v1", "pods"),
-        Resource("ServiceAccount", "", "v1", "serviceaccounts"),
-        Resource("Role", "rbac.authorization.k8s.io", "v1", "roles"),
-        Resource("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings"),
-    )
-}
-CRD_NAMES = {
-    "kubeflow.org/v1/PyTorchJob": "pytorchjobs.kubeflow.org",
-    "trainer.kubeflow.org/v1alpha1/TrainJob": "trainjobs.trainer.kubeflow.org",
+    resource.key: resource
+    for resource in (*COMPANION_RESOURCES, *(kind.resource for kind in KINDS.values()))
 }
 
 
@@ -214,9 +164,8 @@ class Cluster:
         )
 
     def list_pods(self, selector: str) -> list[dict]:
-        pods = RESOURCES["v1/Pod"]
         data = self.request(
-            "GET", pods.collection_path(self.namespace), [("labelSelector", selector)], what="pods"
+            "GET", POD.collection_path(self.namespace), [("labelSelector", selector)], what="pods"
         )
         return sorted(data.get("items") or [], key=lambda p: p["metadata"]["name"])
 
@@ -224,16 +173,16 @@ class Cluster:
         query: list[tuple[str, Any]] = [("container", container)]
         if tail_lines is not None:
             query.append(("tailLines", tail_lines))
-        path = f"{RESOURCES['v1/Pod'].collection_path(self.namespace)}/{pod}/log"
+        path = f"{POD.collection_path(self.namespace)}/{pod}/log"
         return self.request("GET", path, query, what="pods/log")
 
     def crd_schemas(self, keys: list[str]) -> dict[str, dict]:
         """openAPIV3Schema of the installed CRDs (served version) keyed by apiVersion/kind."""
         out = {}
         for key in keys:
-            crd_name = CRD_NAMES.get(key)
-            if not crd_name:
+            if key not in RESOURCES:
                 continue
+            crd_name = RESOURCES[key].full_name  # a CRD is named plural.group
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}"
             crd = self.request("GET", path, what="customresourcedefinitions")
             version = key.split("/")[-2]

@@ -6,7 +6,15 @@ it kubeddp validates offline against the Kubeflow SDK models.
 
 from __future__ import annotations
 
-from kubeddp.trainer import constants as C
+from kubeddp.tools import k8s_names as names
+from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.resources import (
+    CONFIG_MAP,
+    PERSISTENT_VOLUME_CLAIM,
+    POD,
+    POD_MONITOR,
+    SERVICE,
+)
 
 ROLE_NAME = "kubeddp-submitter"
 SUBMITTERS_GROUP = "kubeddp-submitters"  # bind your users or service accounts here
@@ -14,17 +22,18 @@ MANAGE = ["create", "get", "list", "watch", "delete"]
 READ = ["get", "list", "watch"]
 
 RULES = [
-    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": MANAGE},
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": MANAGE},
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": MANAGE},
+    *(
+        {"apiGroups": [kind.resource.group], "resources": [kind.resource.plural], "verbs": MANAGE}
+        for kind in KINDS.values()
+    ),
     {
         "apiGroups": [""],
-        "resources": ["configmaps", "services", "persistentvolumeclaims"],
+        "resources": [CONFIG_MAP.plural, SERVICE.plural, PERSISTENT_VOLUME_CLAIM.plural],
         "verbs": MANAGE,
     },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": READ},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors"], "verbs": MANAGE},
+    {"apiGroups": [""], "resources": [POD.plural], "verbs": READ},
+    {"apiGroups": [""], "resources": [f"{POD.plural}/log"], "verbs": ["get"]},
+    {"apiGroups": [POD_MONITOR.group], "resources": [POD_MONITOR.plural], "verbs": MANAGE},
 ]
 
 
@@ -33,9 +42,9 @@ def _metadata(namespace: str | None) -> dict:
     if namespace:
         meta["namespace"] = namespace
     meta["labels"] = {
-        C.LABEL_NAME: C.APP_NAME,
-        C.LABEL_MANAGED_BY: C.APP_NAME,
-        C.LABEL_COMPONENT: "rbac",
+        names.LABEL_NAME: names.APP_NAME,
+        names.LABEL_MANAGED_BY: names.APP_NAME,
+        names.LABEL_COMPONENT: "rbac",
     }
     return meta
 

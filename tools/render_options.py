@@ -1,99 +1,66 @@
-"""The `kubeddp render` options: argparse definitions and their conversion into a `JobSpec`."""
+"""The `kubeddp render` options, made from the chart's value definitions, and their values.
+
+`add_render_options` adds one option per `Flag` of tools/chart_values.py; `values_from_args`
+turns what the user gave into chart values (only those: the chart's defaults do the rest) and
+records which option set each value, so an error names the option.
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kubeddp.tools.jobspec import (
-    DEFAULT_IMAGE,
-    DEFAULT_NAME,
-    GANG_SCHEDULERS,
-    KINDS,
-    JobSpec,
-    SpecError,
-)
-from kubeddp.trainer import constants as C
+from kubeddp.tools.chart_value_types import Flag, OptionError, Value
+from kubeddp.tools.chart_values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
+from kubeddp.tools.kinds import KINDS
+from kubeddp.trainer.config import ConfigError, config_from_dict, parse_override
+
+APPENDED = ("pairs", "list", "config-set")
+Provenance = dict[str, str]  # value path -> the option that set it
+
+
+def dest(flag: Flag) -> str:
+    return flag.name.lstrip("-").replace("-", "_").lower()
+
+
+def _help(flag: Flag, value: Value) -> str:
+    text = flag.help or value.doc
+    if not flag.sets and flag.read in ("text", "int") and value.default not in (None, ""):
+        text += f" (default {value.default})"
+    return text.replace("%", "%%")
 
 
 def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = True) -> None:
-    parser.add_argument(
-        "kind",
-        choices=KINDS,
-        nargs=None if kind_required else "?",
-        help="pytorchjob (Kubeflow v1), trainjob (Trainer v2.3), indexedjob "
-        "(batch/v1, no operator)",
-    )
-    job = parser.add_argument_group("job")
-    job.add_argument("--name", default=DEFAULT_NAME, help="job name (DNS-1035 label)")
-    job.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
-    job.add_argument("--image", default=DEFAULT_IMAGE)
-    job.add_argument("--image-pull-policy", default="IfNotPresent")
-    job.add_argument("--nodes", type=int, help="pods (default 1; MAX with --elastic)")
-    job.add_argument(
-        "--nproc-per-node",
-        help="processes per pod: N, auto, cpu, gpu (default: --gpus-per-node, else auto)",
-    )
-    job.add_argument("--gpus-per-node", type=int, default=0, help="nvidia.com/gpu per pod")
-    job.add_argument("--elastic", metavar="MIN:MAX", help="elastic PyTorchJob (c10d rendezvous)")
-    job.add_argument("--max-restarts", type=int, default=3, help="elastic: torchrun restarts")
-    res = parser.add_argument_group("resources and storage")
-    res.add_argument("--cpu", help="CPU request per pod, e.g. 8")
-    res.add_argument("--memory", help="memory request per pod, e.g. 64Gi")
-    res.add_argument("--cpu-limit")
-    res.add_argument("--memory-limit")
-    res.add_argument("--shm-size", default=C.SHM_SIZE_DEFAULT, help="/dev/shm memory emptyDir")
-    res.add_argument("--checkpoint-pvc", metavar="CLAIM", help="existing PVC for /checkpoints")
-    res.add_argument("--checkpoint-size", metavar="SIZE", help="render a new PVC of this size")
-    res.add_argument("--storage-class", help="storage class of the new PVC")
-    res.add_argument("--checkpoint-access-mode", default="ReadWriteMany")
-    run = parser.add_argument_group("trainer")
-    run.add_argument("--config", metavar="FILE", help="trainer config YAML (shipped as ConfigMap)")
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="trainer config override (repeatable)",
-    )
-    run.add_argument("--env", action="append", default=[], metavar="K=V")
-    pod = parser.add_argument_group("scheduling")
-    pod.add_argument("--node-selector", action="append", default=[], metavar="K=V")
-    pod.add_argument("--tolerations", metavar="YAML|FILE", help="a YAML/JSON list or a file")
-    pod.add_argument("--affinity", metavar="YAML|FILE", help="a YAML/JSON mapping or a file")
-    pod.add_argument("--priority-class")
-    pod.add_argument("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
-    pod.add_argument("--gang", choices=sorted(GANG_SCHEDULERS), help="gang scheduling (pytorchjob)")
-    pod.add_argument("--restart-policy", help="ExitCode (default), OnFailure, Never, Always")
-    pod.add_argument("--backoff-limit", type=int)
-    pod.add_argument("--ttl-seconds-after-finished", type=int)
-    pod.add_argument("--clean-pod-policy", help="pytorchjob: None, Running (default), All")
-    pod.add_argument(
-        "--istio-opt-out",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="annotate pods sidecar.istio.io/inject=false (default on)",
-    )
-    pod.add_argument("--service-account", help="default: none, token not mounted")
-    mon = parser.add_argument_group("monitoring")
-    mon.add_argument(
-        "--podmonitor",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="render a Prometheus Operator PodMonitor",
-    )
-    mon.add_argument(
-        "--podmonitor-label",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="extra PodMonitor label, e.g. release=kube-prometheus-stack",
-    )
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for flag, value in FLAGS:
+        if flag.read == "kind":
+            parser.add_argument(
+                "kind",
+                choices=list(KINDS),
+                nargs=None if kind_required else "?",
+                help=_help(flag, value),
+            )
+            continue
+        options: dict[str, Any] = {"dest": dest(flag), "help": _help(flag, value), "default": None}
+        if flag.metavar:
+            options["metavar"] = flag.metavar
+        elif "enum" in value.schema and not flag.sets:  # show the choices; the schema checks
+            options["metavar"] = "{" + ",".join(c for c in value.schema["enum"] if c) + "}"
+        if flag.read == "int":
+            options["type"] = int
+        elif flag.read == "switch":
+            options["action"] = argparse.BooleanOptionalAction
+        elif flag.read in APPENDED:
+            options["action"] = "append"
+        groups[value.group].add_argument(*flag.options, **options)
+
+
+# --- reading option values ------------------------------------------------------------------
 
 
 def parse_pairs(option: str, items: list[str]) -> dict[str, str]:
@@ -101,39 +68,34 @@ def parse_pairs(option: str, items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SpecError(f"{option}: {item!r} is not K=V; write e.g. {option} KEY=value")
+            raise OptionError(f"{option}: {item!r} is not K=V; write e.g. {option} KEY=value")
         out[key] = value
     return out
 
 
-def parse_elastic(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    low, sep, high = text.partition(":")
-    if not (sep and low.isdigit() and high.isdigit()):
-        raise SpecError(f"--elastic: {text!r} is not MIN:MAX; write e.g. --elastic 2:4")
-    return int(low), int(high)
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # longer than a file name can be, or a NUL byte
+        return False
 
 
-def parse_yaml_option(option: str, text: str | None, want: type) -> Any:
+def parse_yaml_option(option: str, text: str, want: type) -> Any:
     """A YAML/JSON value given inline or as a path to a file."""
-    if text is None:
-        return None
-    path = Path(text)
-    source = path.read_text() if path.is_file() else text
+    source = Path(text).read_text() if _is_file(text) else text
     try:
         value = yaml.safe_load(source)
     except yaml.YAMLError:
-        raise SpecError(
-            f"{option}: {text!r} is neither a file nor valid YAML/JSON; "
+        raise OptionError(
+            f"{option}: {text[:80]!r} is neither a file nor valid YAML/JSON; "
             "pass a file path or an inline value"
         ) from None
     if not isinstance(value, want):
-        raise SpecError(
+        raise OptionError(
             f"{option}: must be a YAML {want.__name__}, got "
             f"{type(value).__name__}; see `kubectl explain pod.spec`"
         )
-    return value
+    return json.loads(json.dumps(value))  # plain types only
 
 
 def read_trainer_config(path: str | None) -> dict[str, Any]:
@@ -141,55 +103,87 @@ def read_trainer_config(path: str | None) -> dict[str, Any]:
         return {}
     try:
         text = Path(path).read_text()
-    except OSError as exc:
-        raise SpecError(f"--config: cannot read {path} ({exc.strerror}); check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not a text file"
+        raise OptionError(f"--config: cannot read {path} ({why}); check the path") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
-        raise SpecError(f"--config: {path} is not valid YAML; fix the syntax") from None
+        raise OptionError(f"--config: {path} is not valid YAML; fix the syntax") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SpecError(f"--config: {path} must hold a mapping of sections (workload, train...)")
+        raise OptionError(f"--config: {path} must hold a mapping of sections (workload, train...)")
     return json.loads(json.dumps(data))  # plain types only
 
 
-def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    return JobSpec(
-        kind=args.kind,
-        name=args.name,
-        namespace=args.namespace,
-        image=args.image,
-        image_pull_policy=args.image_pull_policy,
-        nodes=args.nodes,
-        nproc_per_node=args.nproc_per_node,
-        gpus_per_node=args.gpus_per_node,
-        elastic=parse_elastic(args.elastic),
-        max_restarts=args.max_restarts,
-        cpu=args.cpu,
-        memory=args.memory,
-        cpu_limit=args.cpu_limit,
-        memory_limit=args.memory_limit,
-        shm_size=args.shm_size,
-        checkpoint_claim=args.checkpoint_pvc,
-        checkpoint_size=args.checkpoint_size,
-        storage_class=args.storage_class,
-        checkpoint_access_mode=args.checkpoint_access_mode,
-        trainer_config=read_trainer_config(args.config),
-        overrides=list(args.overrides),
-        env=parse_pairs("--env", args.env),
-        node_selector=parse_pairs("--node-selector", args.node_selector),
-        tolerations=parse_yaml_option("--tolerations", args.tolerations, list) or [],
-        affinity=parse_yaml_option("--affinity", args.affinity, dict),
-        priority_class=args.priority_class,
-        queue=args.queue,
-        gang=args.gang,
-        restart_policy=args.restart_policy,
-        backoff_limit=args.backoff_limit,
-        ttl_seconds_after_finished=args.ttl_seconds_after_finished,
-        clean_pod_policy=args.clean_pod_policy,
-        istio_opt_out=args.istio_opt_out,
-        service_account=args.service_account,
-        podmonitor=args.podmonitor,
-        podmonitor_labels=parse_pairs("--podmonitor-label", args.podmonitor_label),
-    )
+def trainer_config(path: str | None, overrides: list[str]) -> tuple[dict[str, Any], Provenance]:
+    """--config FILE, then --set section.key=value on top: the keys given, typed and checked
+    by the trainer's own config rules (so `3e-4` becomes a number, as the trainer reads it)."""
+    data = read_trainer_config(path)
+    provenance: Provenance = {"config": "--config"} if path else {}
+    for text in overrides:
+        try:
+            (section, key), value = parse_override(text)
+        except ConfigError as exc:
+            raise OptionError(f"--set: {exc}; use --set section.key=value") from None
+        if data.get(section) is None:
+            data[section] = {}
+        if not isinstance(data[section], dict):
+            raise OptionError(f"--config: config key '{section}' must be a mapping")
+        data[section][key] = value
+        provenance[f"config.{section}.{key}"] = "--set"
+    try:
+        config = config_from_dict(copy.deepcopy(data))
+    except ConfigError as exc:
+        option = "--set" if overrides else "--config"
+        raise OptionError(
+            f"{option}: {exc}; fix the trainer config (see `kubeddp train --help`)"
+        ) from None
+    typed = {
+        section: {key: getattr(getattr(config, section), key) for key in keys or {}}
+        for section, keys in data.items()
+    }
+    return typed, provenance
+
+
+def _read(flag: Flag, given: Any) -> Any:
+    if flag.read == "pairs":
+        return parse_pairs(flag.name, given)
+    if flag.read == "yaml-list":
+        return parse_yaml_option(flag.name, given, list)
+    if flag.read == "yaml-map":
+        return parse_yaml_option(flag.name, given, dict)
+    if flag.read == "kind":
+        return KINDS[given].chart_kind
+    return given
+
+
+def set_path(values: dict[str, Any], path: str, value: Any) -> None:
+    *parents, key = path.split(".")
+    node = values
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[key] = value
+
+
+def values_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], Provenance]:
+    """The chart values the given options stand for, and which option set each one."""
+    values: dict[str, Any] = {}
+    provenance: Provenance = {}
+    for flag, value in FLAGS:
+        given = getattr(args, dest(flag), None)
+        if given is None or flag.read.startswith("config-"):
+            continue
+        parsed = _read(flag, given)
+        assigned = flag.convert(parsed) if flag.convert else {flag_sets(flag, value)[0]: parsed}
+        for path, item in assigned.items():
+            set_path(values, path, item)
+            provenance[path] = flag.name
+    if args.config is not None or args.set:
+        config, config_provenance = trainer_config(args.config, args.set or [])
+        values["config"] = config
+        provenance.update(config_provenance)
+    values.setdefault("fullnameOverride", DEFAULT_JOB_NAME)
+    values["managedBy"] = MANAGED_BY[1]  # plain manifests: no Helm labels
+    return values, provenance

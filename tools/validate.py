@@ -8,19 +8,14 @@ schemas. `kubeddp render` and `kubeddp submit` call this before printing or send
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
-from kubeddp.tools import schema_checks, webhook_rules
-from kubeddp.tools.manifests import PODMONITOR_API, PYTORCHJOB_API, TRAINJOB_API
+from kubeddp.tools import schema_checks
+from kubeddp.tools.kinds import BY_RESOURCE
+from kubeddp.tools.resources import POD_MONITOR
 
-PYTORCHJOB = f"{PYTORCHJOB_API}/PyTorchJob"
-TRAINJOB = f"{TRAINJOB_API}/TrainJob"
-PODMONITOR = f"{PODMONITOR_API}/PodMonitor"
-KUBEFLOW_KINDS = (PYTORCHJOB, TRAINJOB)
 # Files that sit beside manifests but are never sent to the API server.
 NOT_CLUSTER_OBJECTS = ("kustomize.config.k8s.io/",)
 
@@ -61,14 +56,6 @@ def _key(doc: dict) -> str:
     return f"{doc.get('apiVersion')}/{doc.get('kind')}"
 
 
-def _pytorchjob_templates(doc: dict) -> Iterable[tuple[list[Any], Any]]:
-    replicas = (doc.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    if isinstance(replicas, dict):
-        for key, replica in replicas.items():
-            if isinstance(replica, dict) and "template" in replica:
-                yield ["spec", "pytorchReplicaSpecs", key, "template"], replica["template"]
-
-
 def _podmonitor_issues(doc: dict) -> list[tuple[str, str]]:
     """Offline: the PodMonitor CRD is not bundled anywhere, so check the fields that matter."""
     spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
@@ -100,13 +87,12 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
         return [("(document)", "apiVersion and kind are required")]
     if key.startswith(NOT_CLUSTER_OBJECTS):
         return []
+    kind = BY_RESOURCE.get(key)
     if key in crd_schemas:
         issues = schema_checks.crd_issues(doc, crd_schemas[key])
-    elif key == PYTORCHJOB:
-        issues = schema_checks.pytorchjob_sdk_issues(doc)
-    elif key == TRAINJOB:
-        issues = schema_checks.trainjob_sdk_issues(doc)
-    elif key == PODMONITOR:
+    elif kind and kind.schema_issues:
+        issues = kind.schema_issues(doc)
+    elif key == POD_MONITOR.key:
         issues = _podmonitor_issues(doc)
     else:
         try:
@@ -119,14 +105,8 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
                     "PyTorchJob, TrainJob and PodMonitor",
                 )
             ]
-    if key == PYTORCHJOB:
-        for path, template in _pytorchjob_templates(doc):
-            issues += schema_checks.pod_template_issues(template, path)
-        issues += webhook_rules.pytorchjob_issues(doc)
-    elif key == TRAINJOB:
-        issues += webhook_rules.trainjob_issues(doc)
-    elif key == "batch/v1/Job":
-        issues += webhook_rules.indexedjob_issues(doc)
+    if kind:
+        issues += kind.admission_issues(doc)
     first_per_path: dict[str, str] = {}  # the SDK walk and the pod schema may both see one
     for path, message in issues:
         first_per_path.setdefault(path, message)

@@ -1,7 +1,9 @@
 """Typed trainer configuration: dataclasses, a YAML file, and `--set section.key=value` overrides.
 
 Unknown keys and wrong types are rejected with the full key path, so a typo in a 40-line YAML
-file fails at start-up with one line instead of being silently ignored.
+file fails at start-up with one line instead of being silently ignored. Every field carries its
+doc and constraints (`setting(...)`): one definition serves the validation here, the Helm
+chart's schema (`config_json_schema`) and the generated docs/config-reference.md.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,84 +20,216 @@ from typing import Any
 
 import yaml
 
+# Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
+MAX_COUNT = 2**31 - 1
+ONE_WEEK_SECONDS = 7 * 24 * 3600.0
+
 
 class ConfigError(ValueError):
     """A config file or override is wrong; the message names the key path and the fix."""
 
 
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    required_when: tuple[str, str] | None = None,
+) -> Any:
+    """A config field with its one-line doc and constraints (kept in the field's metadata).
+
+    `above` is an exclusive minimum; `required_when=(key, value)` makes a str field required
+    (non-empty) when another key of the same section has that value.
+    """
+    rules = {
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "above": above,
+        "required_when": required_when,
+    }
+    meta = {"doc": doc, **{k: v for k, v in rules.items() if v is not None}}
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class WorkloadConfig:
-    name: str = "charlm"  # regression | charlm | custom
-    model: str = ""  # custom: "pkg.module:factory" returning an nn.Module (see README)
-    data: str = ""  # custom: "pkg.module:factory" returning a Dataset (see README)
-    corpus: str = ""  # charlm: a text file or directory; empty = the Python stdlib sources
-    corpus_max_bytes: int = 2_000_000
-    seq_len: int = 64
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    samples: int = 4096  # regression: synthetic dataset size
-    input_dim: int = 20
-    hidden_dim: int = 64
+    name: str = setting(
+        "charlm",
+        "what to train: `regression`, `charlm` or `custom` (see Workloads)",
+        choices=("regression", "charlm", "custom"),
+    )
+    model: str = setting(
+        "",
+        '`custom`: `"pkg.module:factory"` returning the model',
+        required_when=("name", "custom"),
+    )
+    data: str = setting(
+        "",
+        '`custom`: `"pkg.module:factory"` returning the datasets',
+        required_when=("name", "custom"),
+    )
+    corpus: str = setting(
+        "", "`charlm`: a text file or directory; empty = the Python standard library's sources"
+    )
+    corpus_max_bytes: int = setting(
+        2_000_000, "`charlm`: bytes of corpus read at most; 0 = no limit", minimum=0, maximum=2**40
+    )
+    seq_len: int = setting(64, "`charlm`: context length in bytes", minimum=1, maximum=1 << 20)
+    n_layer: int = setting(2, "`charlm`: transformer blocks", minimum=1, maximum=1024)
+    n_head: int = setting(
+        4, "`charlm`: attention heads; must divide `n_embd`", minimum=1, maximum=1024
+    )
+    n_embd: int = setting(128, "`charlm`: embedding width", minimum=1, maximum=1 << 16)
+    dropout: float = setting(0.0, "`charlm`: dropout probability", minimum=0.0, maximum=0.99)
+    samples: int = setting(
+        4096, "`regression`: synthetic rows (90% train, 10% eval)", minimum=1, maximum=1 << 30
+    )
+    input_dim: int = setting(20, "`regression`: input features", minimum=1, maximum=1 << 20)
+    hidden_dim: int = setting(64, "`regression`: hidden units", minimum=1, maximum=1 << 20)
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 1
-    max_steps: int = 0  # optimizer steps; 0 = run all epochs
-    batch_size: int = 32  # per process, per micro-step
-    grad_accum_steps: int = 1
-    lr: float = 3e-3
-    weight_decay: float = 0.0
-    optimizer: str = "adamw"  # adamw | sgd
-    warmup_steps: int = 10
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    grad_clip: float = 1.0  # 0 disables clipping
-    amp: str = "auto"  # auto (bf16 on CUDA, off on CPU) | off | bf16 | fp16
-    seed: int = 1234
-    eval_every: int = 0  # optimizer steps between evaluations; 0 = end of each epoch
-    eval_batches: int = 8
-    log_every: int = 10
-    num_workers: int = 0  # DataLoader worker processes
-    pin_memory: bool = True  # only used on CUDA
-    persistent_workers: bool = True  # only with num_workers > 0
-    prefetch_factor: int = 2  # only with num_workers > 0
-    compile: bool = False  # torch.compile the model
-    record_sample_ids: bool = False  # tests: keep the ids each rank trained in the checkpoint
+    epochs: int = setting(1, "passes over the training data", minimum=1, maximum=MAX_COUNT)
+    max_steps: int = setting(
+        0,
+        "stop after this many optimizer steps; 0 = run all epochs",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
+    batch_size: int = setting(
+        32,
+        "samples per process per micro-step (global batch = this × accumulation × processes)",
+        minimum=1,
+        maximum=MAX_COUNT,
+    )
+    grad_accum_steps: int = setting(
+        1,
+        "micro-steps per optimizer step (gradients are synchronised on the last one only)",
+        minimum=1,
+        maximum=MAX_COUNT,
+    )
+    lr: float = setting(3e-3, "peak learning rate", minimum=0.0, maximum=10.0)
+    weight_decay: float = setting(0.0, "decoupled weight decay", minimum=0.0, maximum=1.0)
+    optimizer: str = setting("adamw", "`adamw`, or `sgd` (momentum 0.9)", choices=("adamw", "sgd"))
+    warmup_steps: int = setting(
+        10, "linear warm-up steps before the cosine decay", minimum=0, maximum=MAX_COUNT
+    )
+    min_lr_ratio: float = setting(
+        0.1, "the cosine decays to `lr × min_lr_ratio`", minimum=0.0, maximum=1.0
+    )
+    grad_clip: float = setting(
+        1.0, "clip the global gradient norm; 0 = off", minimum=0.0, maximum=1e6
+    )
+    amp: str = setting(
+        "auto",
+        "mixed precision: `auto` (bf16 on CUDA, off on CPU), `off`, `bf16`, `fp16` (CUDA only)",
+        choices=("auto", "off", "bf16", "fp16"),
+    )
+    seed: int = setting(
+        1234,
+        "seed of the model initialisation and the data order (same on every rank)",
+        minimum=0,
+        maximum=2**32 - 1,
+    )
+    eval_every: int = setting(
+        0,
+        "optimizer steps between evaluations; 0 = at the end of each epoch",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
+    eval_batches: int = setting(8, "batches per evaluation and rank", minimum=1, maximum=MAX_COUNT)
+    log_every: int = setting(10, "steps between progress lines", minimum=1, maximum=MAX_COUNT)
+    num_workers: int = setting(0, "DataLoader worker processes per rank", minimum=0, maximum=256)
+    pin_memory: bool = setting(True, "pin host memory for faster copies (CUDA only)")
+    persistent_workers: bool = setting(
+        True, "keep DataLoader workers between epochs (with `num_workers` > 0)"
+    )
+    prefetch_factor: int = setting(
+        2,
+        "batches loaded ahead per DataLoader worker (with `num_workers` > 0)",
+        minimum=1,
+        maximum=1024,
+    )
+    compile: bool = setting(False, "`torch.compile` the model")
+    record_sample_ids: bool = setting(
+        False, "keep the sample ids each rank trained in the checkpoint (for tests)"
+    )
 
 
 @dataclass
 class DDPConfig:
-    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | nccl | gloo
-    device: str = "auto"  # auto | cuda | cpu
-    bucket_cap_mb: float = 25.0
-    gradient_as_bucket_view: bool = True
-    static_graph: bool = False
-    find_unused_parameters: bool = False
-    startup_timeout_seconds: float = 600.0  # process-group init, first collective
-    timeout_seconds: float = 1800.0  # every later collective
+    backend: str = setting(
+        "auto",
+        "`auto` (nccl on CUDA, gloo on CPU), `nccl`, `gloo`",
+        choices=("auto", "nccl", "gloo"),
+    )
+    device: str = setting("auto", "`auto`, `cuda`, `cpu`", choices=("auto", "cuda", "cpu"))
+    bucket_cap_mb: float = setting(
+        25.0, "DDP gradient bucket size in MiB", above=0.0, maximum=65536.0
+    )
+    gradient_as_bucket_view: bool = setting(
+        True, "gradients are views into the buckets (saves a copy)"
+    )
+    static_graph: bool = setting(False, "tell DDP the graph is the same every step")
+    find_unused_parameters: bool = setting(
+        False, "for models that skip parameters in some steps (slower)"
+    )
+    startup_timeout_seconds: float = setting(
+        600.0,
+        "process-group start and first collective (pods start minutes apart)",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    timeout_seconds: float = setting(
+        1800.0,
+        "every collective after the first step (a hung peer is noticed sooner)",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
 
 
 @dataclass
 class CheckpointConfig:
-    dir: str = "checkpoints"
-    every_steps: int = 0  # 0 = end of each epoch only
-    keep: int = 3
-    async_save: bool = True
-    resume: str = "auto"  # auto | never | PATH of a checkpoint directory
-    weights_only: bool = False  # resume only model weights from an incompatible config
-    on_save_error: str = "continue"  # continue | stop
-    preempt_grace_seconds: float = 60.0
+    dir: str = setting("checkpoints", "where checkpoints go (`/checkpoints` in pods)")
+    every_steps: int = setting(
+        0,
+        "save every N optimizer steps; 0 = at the end of each epoch only",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
+    keep: int = setting(3, "newest checkpoints kept", minimum=1, maximum=MAX_COUNT)
+    async_save: bool = setting(True, "write in a background thread while training continues")
+    resume: str = setting(
+        "auto", "`auto` (newest valid one in `dir`), `never`, or the path of a checkpoint"
+    )
+    weights_only: bool = setting(False, "resume only the matching model weights, at step 0")
+    on_save_error: str = setting(
+        "continue",
+        "a failed save: `continue` training, or `stop` on all ranks",
+        choices=("continue", "stop"),
+    )
+    preempt_grace_seconds: float = setting(
+        60.0,
+        "after SIGTERM, time to reach a step boundary and save",
+        above=0.0,
+        maximum=3600.0,
+    )
 
 
 @dataclass
 class MetricsConfig:
-    enabled: bool = True
-    port: int = 9400  # 0 = pick a free port
-    bind: str = "auto"  # auto: 0.0.0.0 in a pod, 127.0.0.1 elsewhere
-    pushgateway: str = ""  # host:port to push a final summary to; empty = off
-    push_job: str = "kubeddp"
+    enabled: bool = setting(True, "serve Prometheus `/metrics`")
+    port: int = setting(
+        9400, "port of `/metrics`; 0 = a free port (printed at start)", minimum=0, maximum=65535
+    )
+    bind: str = setting("auto", "`auto` = `0.0.0.0` in a pod, `127.0.0.1` elsewhere; or an address")
+    pushgateway: str = setting("", "`host:port` of a Pushgateway for a final summary; empty = off")
+    push_job: str = setting("kubeddp", "Pushgateway job name")
 
 
 @dataclass
@@ -130,18 +265,26 @@ class Config:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "workload.name": ("regression", "charlm", "custom"),
-    "train.optimizer": ("adamw", "sgd"),
-    "train.amp": ("auto", "off", "bf16", "fp16"),
-    "ddp.backend": ("auto", "nccl", "gloo"),
-    "ddp.device": ("auto", "cuda", "cpu"),
-    "checkpoint.on_save_error": ("continue", "stop"),
-}
-
-
 def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+def config_fields() -> list[tuple[str, type, dataclasses.Field]]:
+    """Every leaf setting as ("section.key", its type, its dataclass field), in file order."""
+    out = []
+    sections = _field_types(Config)
+    for section in dataclasses.fields(Config):
+        hints = _field_types(sections[section.name])
+        for item in dataclasses.fields(sections[section.name]):
+            out.append((f"{section.name}.{item.name}", hints[item.name], item))
+    return out
+
+
+def _choices(path: str) -> tuple[str, ...]:
+    for key, _, item in config_fields():
+        if key == path:
+            return item.metadata.get("choices", ())
+    return ()
 
 
 def _float_or_same(text: str) -> float | str:
@@ -173,7 +316,7 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
     elif typ is str:
         if isinstance(value, str):
             return value
-        if value is False and "off" in CHOICES.get(path, ()):
+        if value is False and "off" in _choices(path):
             return "off"  # YAML 1.1 reads a bare `off` as false
     elif isinstance(typ, types.UnionType):
         return value
@@ -194,31 +337,84 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     return obj
 
 
-def _validate(cfg: Config) -> None:
-    for path, allowed in CHOICES.items():
-        section, key = path.split(".")
-        value = getattr(getattr(cfg, section), key)
-        if value not in allowed:
-            raise ConfigError(f"config key '{path}' is {value!r}; use one of {', '.join(allowed)}")
-    positive = [
-        "train.batch_size",
-        "train.grad_accum_steps",
-        "train.epochs",
-        "train.log_every",
-        "checkpoint.keep",
-        "workload.seq_len",
-    ]
-    for path in positive:
-        section, key = path.split(".")
-        if getattr(getattr(cfg, section), key) < 1:
-            raise ConfigError(f"config key '{path}' must be >= 1")
-    if cfg.workload.name == "custom" and not (cfg.workload.model and cfg.workload.data):
-        raise ConfigError(
-            "workload.name is 'custom' but workload.model/workload.data are empty; "
-            "set both to 'pkg.module:factory'"
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def range_text(meta: typing.Mapping[str, Any]) -> str:
+    """The allowed range of a numeric setting, e.g. ">= 1 and <= 2147483647"."""
+    low = f"> {_number(meta['above'])}" if "above" in meta else f">= {_number(meta['minimum'])}"
+    return f"{low} and <= {_number(meta['maximum'])}" if "maximum" in meta else low
+
+
+def _check_setting(path: str, value: Any, meta: typing.Mapping[str, Any], section: Any) -> None:
+    """The field's own constraints (its metadata), one line naming the key and the fix."""
+    allowed = meta.get("choices")
+    if allowed and value not in allowed:
+        raise ConfigError(f"config key '{path}' is {value!r}; use one of {', '.join(allowed)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{path}' is {value}; use a finite number")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        below = ("minimum" in meta and value < meta["minimum"]) or (
+            "above" in meta and value <= meta["above"]
         )
+        if below or ("maximum" in meta and value > meta["maximum"]):
+            raise ConfigError(f"config key '{path}' is {value!r}; it must be {range_text(meta)}")
+    when = meta.get("required_when")
+    if when and getattr(section, when[0]) == when[1] and not value:
+        prefix = path.rsplit(".", 1)[0]
+        raise ConfigError(
+            f"config key '{path}' is empty but '{prefix}.{when[0]}' is {when[1]!r}; "
+            "set it to 'pkg.module:factory'"
+        )
+
+
+def _validate(cfg: Config) -> None:
+    for path, _, item in config_fields():
+        section = getattr(cfg, path.split(".")[0])
+        _check_setting(path, getattr(section, item.name), item.metadata, section)
     if cfg.workload.n_embd % cfg.workload.n_head:
         raise ConfigError("config key 'workload.n_embd' must be a multiple of 'workload.n_head'")
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def _setting_schema(typ: type, meta: typing.Mapping[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": _JSON_TYPES[typ], "description": meta["doc"]}
+    if "choices" in meta:
+        node["enum"] = list(meta["choices"])
+    for key, schema_key in (
+        ("minimum", "minimum"),
+        ("above", "exclusiveMinimum"),
+        ("maximum", "maximum"),
+    ):
+        if key in meta:
+            node[schema_key] = meta[key]
+    return node
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The config file as a strict JSON schema (draft-07): the Helm chart's `config` value."""
+    sections: dict[str, dict[str, Any]] = {}
+    for path, typ, item in config_fields():
+        name = path.split(".")[0]
+        section = sections.setdefault(
+            name, {"type": "object", "additionalProperties": False, "properties": {}}
+        )
+        section["properties"][item.name] = _setting_schema(typ, item.metadata)
+        when = item.metadata.get("required_when")
+        if when:  # e.g. workload.name custom needs model and data
+            key, value = when
+            rule = section.setdefault(
+                "if",
+                {"properties": {key: {"const": value}}, "required": [key]},
+            )
+            assert rule["properties"][key]["const"] == value, "one required_when per section"
+            then = section.setdefault("then", {"properties": {}, "required": []})
+            then["properties"][item.name] = {"minLength": 1}
+            then["required"].append(item.name)
+    return {"type": "object", "additionalProperties": False, "properties": sections}
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import dockerenv
 import pytest
 
+from kubeddp.tools import k8s_names
 from kubeddp.trainer import constants
 
 DOCKERFILE = dockerenv.REPO / "Dockerfile"
@@ -45,7 +46,7 @@ def test_image_config(cpu_image: str) -> None:
     proc = dockerenv.sh("docker", "image", "inspect", cpu_image)
     config = json.loads(proc.stdout)[0]["Config"]
     env = dict(item.split("=", 1) for item in config["Env"])
-    assert config["User"] == f"{constants.IMAGE_UID}:{constants.IMAGE_UID}"
+    assert config["User"] == f"{k8s_names.IMAGE_UID}:{k8s_names.IMAGE_UID}"
     assert config["Entrypoint"] == ["tini", "--", "kubeddp", "launch"]
     assert not config["Cmd"]
     assert env["PYTHONUNBUFFERED"] == "1"

@@ -9,6 +9,7 @@ from pathlib import Path
 import dockerenv
 import pytest
 
+from kubeddp.tools import k8s_names
 from kubeddp.trainer import constants
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 QUICK = ["--set", "workload.name=regression", "--set", "train.max_steps=20"]
 # What the README (The container image) promises works with a read-only root filesystem.
 HARDENED = [
-    "--user", f"{constants.IMAGE_UID}:{constants.IMAGE_UID}",
+    "--user", f"{k8s_names.IMAGE_UID}:{k8s_names.IMAGE_UID}",
     "--read-only",
     "--cap-drop", "ALL",
     "--security-opt", "no-new-privileges",
@@ -29,7 +30,7 @@ def _checkpoint_volume(tmp_path: Path) -> Path:
     """A host directory the image's user owns, as a PVC with fsGroup would be."""
     host_dir = tmp_path / "checkpoints"
     host_dir.mkdir()
-    os.chown(host_dir, constants.IMAGE_UID, constants.IMAGE_UID)
+    os.chown(host_dir, k8s_names.IMAGE_UID, k8s_names.IMAGE_UID)
     return host_dir
 
 
@@ -86,7 +87,7 @@ def test_hardened_run_with_config_file_and_checkpoint_volume(
     log.assert_trained(world_size=2)
     saved = _complete_checkpoints(host_ckpt)
     assert saved, f"no complete checkpoint in {host_ckpt}: {list(host_ckpt.iterdir())}"
-    assert all(p.stat().st_uid == constants.IMAGE_UID for p in saved), "not written by UID 1000"
+    assert all(p.stat().st_uid == k8s_names.IMAGE_UID for p in saved), "not written by UID 1000"
 
 
 @pytest.mark.timeout(600)
@@ -105,7 +106,7 @@ def test_docker_stop_saves_a_checkpoint_and_exits_retryable(
     options = [*HARDENED, "-v", f"{host_ckpt}:{constants.CHECKPOINT_DIR}"]
     name = docker.start(f"{docker.prefix}-stop", args, network=docker.network(), options=options)
     docker.wait_for_log(name, "step 10/", timeout=240)
-    grace = constants.TERMINATION_GRACE_PERIOD_SECONDS
+    grace = k8s_names.TERMINATION_GRACE_PERIOD_SECONDS
     dockerenv.sh("docker", "stop", "--time", str(grace), name, timeout=grace + 60)
     code = docker.wait(name, timeout=60)
     text = docker.logs(name)

@@ -3,14 +3,14 @@
 - `helm lint --strict` passes with every ci/ values file;
 - every ci/ values file renders objects that pass `kubeddp validate`'s checks, both against the
   reference CRDs in ../shared/reference and offline (Kubeflow SDK models);
-- the job the chart renders equals the one `kubeddp render` (tools/manifests.py) builds for the
-  same settings, field by field (labels aside);
+- `kubeddp render` with the same settings as a ci/ values file (its options written out here,
+  independently of render's mapping) makes the same objects as `helm install` (Helm's labels
+  and hooks aside);
 - `helm package` makes an archive that loads and renders.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import subprocess
 import sys
@@ -21,9 +21,9 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.tools.jobspec import JobSpec, check_spec
-from kubeddp.tools.manifests import build_manifests
+from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
+from tests.helpers.render import render_job
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"
@@ -36,7 +36,6 @@ CRD_FILES = {
         "v1alpha1",
     ),
 }
-KINDS = {"PyTorchJob": "pytorchjob", "TrainJob": "trainjob", "IndexedJob": "indexedjob"}
 RELEASE = "demo"
 NAMESPACE = "ml"
 
@@ -98,7 +97,7 @@ def test_ci_files_cover_every_scenario() -> None:
         features |= {key for key in ("elastic", "gang", "kueue") if key in values}
         if values.get("gpusPerNode", 0) == 0:
             features.add("cpu")
-    assert kinds == set(KINDS)
+    assert kinds == {kind.chart_kind for kind in KINDS.values()}  # a ci/ file per kind
     assert features == {"elastic", "gang", "kueue", "cpu"}
 
 
@@ -115,89 +114,118 @@ def test_rendered_objects_pass_kubeddp_validate(values_file: Path, crds: str) ->
     assert [str(p) for p in problems] == []
 
 
-# --- chart values -> the JobSpec `kubeddp render` takes --------------------------------------
+# --- `kubeddp render` with a ci/ file's settings == `helm install -f FILE` ---------------------
 
-
-def job_spec(values: dict[str, Any]) -> JobSpec:
-    """The `kubeddp render` options that mean the same as these chart values."""
-    merged = chart().merge_values(values)  # null values are left out
-    resources = merged["resources"]
-    requests, limits = resources.get("requests", {}), resources.get("limits", {})
-    checkpoints = merged["checkpoints"]
-    elastic = merged["elastic"]
-    service_account = merged["serviceAccount"]["name"] or (
-        merged["fullnameOverride"] if merged["serviceAccount"]["create"] else None
-    )
-    image_tag = merged["image"]["tag"] or chart().metadata["appVersion"]
-    spec = JobSpec(
-        kind=KINDS[merged["kind"]],
-        name=merged["fullnameOverride"],
-        image=f"{merged['image']['repository']}:{image_tag}",
-        image_pull_policy=merged["image"]["pullPolicy"],
-        nodes=merged.get("nodes"),
-        nproc_per_node=None if merged.get("nprocPerNode") is None else str(merged["nprocPerNode"]),
-        gpus_per_node=merged["gpusPerNode"],
-        elastic=(elastic["minNodes"], elastic["maxNodes"]) if elastic["enabled"] else None,
-        max_restarts=elastic["maxRestarts"],
-        cpu=requests.get("cpu"),
-        memory=requests.get("memory"),
-        cpu_limit=limits.get("cpu"),
-        memory_limit=limits.get("memory"),
-        shm_size=merged["shmSize"],
-        checkpoint_claim=checkpoints["existingClaim"] or None,
-        checkpoint_size=checkpoints["size"] or None,
-        storage_class=checkpoints["storageClassName"] or None,
-        checkpoint_access_mode=checkpoints["accessMode"],
-        trainer_config=copy.deepcopy(merged["config"]),
-        env={key: str(merged["env"][key]) for key in sorted(merged["env"])},
-        node_selector=merged["nodeSelector"],
-        tolerations=merged["tolerations"],
-        affinity=merged["affinity"] or None,
-        priority_class=merged["priorityClassName"] or None,
-        queue=merged["kueue"]["queueName"] or None,
-        gang=merged["gang"]["scheduler"] or None,
-        restart_policy=merged.get("restartPolicy"),
-        backoff_limit=merged.get("backoffLimit"),
-        ttl_seconds_after_finished=merged.get("ttlSecondsAfterFinished"),
-        clean_pod_policy=merged.get("cleanPodPolicy"),
-        istio_opt_out=merged["istio"]["optOut"],
-        service_account=service_account,
-        podmonitor=merged["monitoring"]["podMonitor"]["enabled"],
-        podmonitor_labels=merged["monitoring"]["podMonitor"]["labels"],
-    )
-    check_spec(spec)
-    return spec
-
-
-def add_chart_only_settings(docs: list[dict], values: dict[str, Any]) -> list[dict]:
-    """Knobs the chart has beyond `kubeddp render`: add them to the renderer's objects."""
-    merged = chart().merge_values(values)
-    for doc in docs:
-        if doc["kind"] == "PodMonitor" and merged["monitoring"]["podMonitor"]["interval"]:
-            doc["spec"]["podMetricsEndpoints"][0]["interval"] = merged["monitoring"]["podMonitor"][
-                "interval"
-            ]
-        if doc["kind"] == "PyTorchJob" and merged["gang"]["queue"]:
-            doc["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = merged["gang"]["queue"]
-        for container in containers(doc):
-            if merged["extraEnv"]:
-                container.setdefault("env", []).extend(copy.deepcopy(merged["extraEnv"]))
-    return docs
-
-
-def containers(doc: dict) -> list[dict]:
-    spec = doc.get("spec", {})
-    if doc["kind"] == "PyTorchJob":
-        return [
-            c
-            for r in spec["pytorchReplicaSpecs"].values()
-            for c in r["template"]["spec"]["containers"]
-        ]
-    if doc["kind"] == "Job":
-        return spec["template"]["spec"]["containers"]
-    if doc["kind"] == "TrainJob":
-        return [spec["trainer"]]
-    return []
+GPU_TOLERATION = "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
+INSTANCE_TYPES = (
+    '{"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms":'
+    ' [{"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",'
+    ' "values": ["p4d.24xlarge", "p5.48xlarge"]}]}]}}}'
+)
+HF_TOKEN = (
+    "[{name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf-token, key: token, optional: true}}}]"
+)
+# The render options that mean what each ci/ file says (the job name: the release's full name).
+CI_ARGV = {
+    "cpu-kind-values": [
+        "pytorchjob", "--name", "kubeddp-ci", "--nodes", "2", "--gpus-per-node", "0",
+        "--nproc-per-node", "cpu", "--image", "kubeddp:cpu", "--image-pull-policy", "IfNotPresent",
+        "--cpu", "250m", "--memory", "512Mi", "--cpu-limit", "1", "--memory-limit", "1Gi",
+        "--shm-size", "256Mi", "--env", "KUBEDDP_CPU_NPROC=2", "--backoff-limit", "0",
+        "--ttl-seconds-after-finished", "600", "--set", "workload.name=regression",
+        "--set", "train.max_steps=20", "--set", "train.log_every=5", "--set", "ddp.backend=gloo",
+        "--set", "ddp.device=cpu", "--set", "checkpoint.every_steps=10",
+    ],
+    "elastic-values": [
+        "pytorchjob", "--name", "demo-kubeddp", "--elastic", "2:4", "--max-restarts", "10",
+        "--nodes", "4", "--gpus-per-node", "4", "--cpu", "16", "--memory", "128Gi",
+        "--checkpoint-pvc", "kubeddp-checkpoints", "--set", "checkpoint.every_steps=200",
+    ],
+    "gpu-multinode-values": [
+        "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
+        "--cpu", "32", "--memory", "256Gi", "--memory-limit", "256Gi", "--shm-size", "64Gi",
+        "--node-selector", "nvidia.com/gpu.present=true", "--tolerations", GPU_TOLERATION,
+        "--affinity", INSTANCE_TYPES, "--priority-class", "training-high",
+        "--env", "NCCL_DEBUG=WARN", "--env", "KUBEDDP_RDZV_WAIT_SECONDS=600",
+        "--extra-env", HF_TOKEN, "--ttl-seconds-after-finished", "86400",
+        "--checkpoint-size", "200Gi", "--storage-class", "standard-rwx",
+        "--set", "workload.name=charlm", "--set", "workload.n_layer=6",
+        "--set", "workload.n_head=8", "--set", "workload.n_embd=512",
+        "--set", "workload.seq_len=256", "--set", "train.epochs=3",
+        "--set", "train.batch_size=64", "--set", "train.lr=0.0006",
+        "--set", "checkpoint.every_steps=500", "--set", "checkpoint.keep=3",
+        "--podmonitor", "--podmonitor-interval", "15s",
+        "--podmonitor-label", "release=kube-prometheus-stack", "--dashboard",
+    ],
+    "indexedjob-values": [
+        "indexedjob", "--name", "demo-kubeddp", "--nodes", "3", "--gpus-per-node", "1",
+        "--backoff-limit", "6", "--ttl-seconds-after-finished", "3600", "--cpu", "4",
+        "--memory", "16Gi", "--checkpoint-size", "20Gi", "--checkpoint-access-mode",
+        "ReadWriteMany", "--podmonitor",
+    ],
+    "kueue-values": [
+        "pytorchjob", "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
+        "--gpus-per-node", "4", "--cpu", "16", "--memory", "64Gi", "--memory-limit", "64Gi",
+    ],
+    "trainjob-values": [
+        "trainjob", "--name", "demo-kubeddp", "--nodes", "2", "--gpus-per-node", "2",
+        "--nproc-per-node", "2", "--cpu", "8", "--memory", "32Gi",
+        "--runtime-name", "torch-distributed", "--runtime-kind", "ClusterTrainingRuntime",
+        "--create-service-account", "--tolerations", GPU_TOLERATION, "--set", "train.epochs=2",
+        "--podmonitor",
+    ],
+    "volcano-values": [
+        "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
+        "--gang", "volcano", "--gang-queue", "research", "--priority-class", "training-high",
+        "--cpu", "32", "--memory", "256Gi",
+    ],
+}  # fmt: skip
+# More chart values -> options, for the corners the ci/ files do not reach.
+MORE_CASES = {
+    "indexedjob-env-override": (
+        {"kind": "IndexedJob", "env": {"KUBEDDP_MASTER_PORT": "29600", "NCCL_DEBUG": "INFO"}},
+        ["indexedjob", "--env", "KUBEDDP_MASTER_PORT=29600", "--env", "NCCL_DEBUG=INFO"],
+    ),
+    "indexedjob-onfailure": (
+        {"kind": "IndexedJob", "restartPolicy": "OnFailure", "checkpoints": {"existingClaim": "c"}},
+        ["indexedjob", "--restart-policy", "OnFailure", "--checkpoint-pvc", "c"],
+    ),
+    "policies": (
+        {
+            "restartPolicy": "OnFailure",
+            "backoffLimit": 1,
+            "cleanPodPolicy": "All",
+            "ttlSecondsAfterFinished": 2_000_000,  # Helm prints big floats as 2e+06 without | int
+            "istio": {"optOut": False},
+        },
+        [
+            "pytorchjob", "--restart-policy", "OnFailure", "--backoff-limit", "1",
+            "--clean-pod-policy", "All", "--ttl-seconds-after-finished", "2000000",
+            "--no-istio-opt-out",
+        ],
+    ),
+    "elastic-nodes": (
+        {"elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4, "maxRestarts": 7}, "nodes": 2},
+        ["pytorchjob", "--elastic", "1:4", "--max-restarts", "7", "--nodes", "2"],
+    ),
+    "trainjob-auto": (
+        {
+            "kind": "TrainJob",
+            "nodes": 2,
+            "gpusPerNode": 1,
+            "nprocPerNode": "auto",
+            "serviceAccount": {"name": "trainer"},
+        },
+        [
+            "trainjob", "--nodes", "2", "--gpus-per-node", "1", "--nproc-per-node", "auto",
+            "--service-account", "trainer",
+        ],
+    ),
+    "scheduler-plugins": (
+        {"nodes": 3, "gang": {"scheduler": "scheduler-plugins"}, "priorityClassName": "high"},
+        ["pytorchjob", "--nodes", "3", "--gang", "scheduler-plugins", "--priority-class", "high"],
+    ),
+}  # fmt: skip
 
 
 def without_labels(node: Any) -> Any:
@@ -209,105 +237,68 @@ def without_labels(node: Any) -> Any:
 
 
 def comparable(doc: dict) -> dict:
-    """What must agree: name, kind, spec (labels aside); a ConfigMap's parsed config file."""
-    body = {"apiVersion": doc["apiVersion"], "kind": doc["kind"], "name": doc["metadata"]["name"]}
-    if doc["kind"] == "ConfigMap":
-        body["data"] = {key: yaml.safe_load(text) for key, text in doc["data"].items()}
-    else:
-        body["spec"] = without_labels(doc["spec"])
-    return body
+    """What must agree: kind, name, spec or data (labels aside); a ConfigMap's parsed config."""
+    body = {key: value for key, value in doc.items() if key != "metadata"}
+    body["name"] = doc["metadata"]["name"]
+    if doc["kind"] == "ConfigMap" and "config.yaml" in doc["data"]:
+        body["data"] = {"config.yaml": yaml.safe_load(doc["data"]["config.yaml"])}
+    return without_labels(body)
 
 
-def chart_job_objects(values: dict[str, Any]) -> list[dict]:
-    """The chart's objects that `kubeddp render` also makes (not the ServiceAccount, the helm
-    test Pod or the Grafana dashboard)."""
-    docs = render(values)
-    return [
-        doc
-        for doc in docs
-        if doc["kind"] not in ("ServiceAccount", "Pod")
-        and not doc["metadata"]["name"].endswith("-dashboard")
-    ]
+def helm_job_objects(values: dict[str, Any]) -> list[dict]:
+    """What `helm install` creates for the job (hooks such as the `helm test` Pod aside)."""
+    docs = [d for d in render(values) if "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    return sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
-COMPARED_CASES = {
-    "defaults": {},
-    "two-gpu-nodes": {"nodes": 2, "gpusPerNode": 2},
-    "elastic": {"elastic": {"enabled": True, "minNodes": 2, "maxNodes": 3}, "gpusPerNode": 1},
-    "elastic-nodes": {
-        "elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4, "maxRestarts": 7},
-        "nodes": 2,
-    },
-    "trainjob": {"kind": "TrainJob", "nodes": 3},
-    "trainjob-auto": {
-        "kind": "TrainJob",
-        "nodes": 2,
-        "gpusPerNode": 1,
-        "nprocPerNode": "auto",
-        "serviceAccount": {"name": "trainer"},
-    },
-    "indexedjob": {"kind": "IndexedJob", "nodes": 2, "env": {"B": "2", "A": "1"}},
-    "indexedjob-env-override": {
-        "kind": "IndexedJob",
-        "env": {"KUBEDDP_MASTER_PORT": "29600", "NCCL_DEBUG": "INFO"},
-    },
-    "indexedjob-onfailure": {
-        "kind": "IndexedJob",
-        "restartPolicy": "OnFailure",
-        "backoffLimit": 0,
-        "checkpoints": {"existingClaim": "ckpt"},
-    },
-    "policies": {
-        "restartPolicy": "OnFailure",
-        "backoffLimit": 1,
-        "cleanPodPolicy": "All",
-        "ttlSecondsAfterFinished": 2_000_000,  # Helm prints big floats as 2e+06 without | int
-        "istio": {"optOut": False},
-    },
-    "scheduler-plugins": {
-        "nodes": 3,
-        "gang": {"scheduler": "scheduler-plugins"},
-        "priorityClassName": "high",
-    },
-    "config": {
-        "config": {"train": {"lr": 0.001, "epochs": 2}, "checkpoint": {"dir": "/checkpoints/run1"}}
-    },
-}
-COMPARED_CASES.update({f"ci-{path.stem}": ci_values(path) for path in CI_FILES})
+def render_objects(argv: list[str]) -> list[dict]:
+    return sorted(render_job(*argv), key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
-@pytest.mark.parametrize("case", COMPARED_CASES)
-def test_chart_job_equals_kubeddp_render(case: str) -> None:
-    values = {"fullnameOverride": "demo-job", **COMPARED_CASES[case]}
-    if "fullnameOverride" in COMPARED_CASES[case]:
-        values["fullnameOverride"] = COMPARED_CASES[case]["fullnameOverride"]
-    expected = add_chart_only_settings(build_manifests(job_spec(values)), values)
-    rendered = chart_job_objects(values)
-    assert [comparable(doc) for doc in rendered] == [
-        comparable(doc) for doc in sorted_like(expected, rendered)
-    ]
+def test_every_ci_file_has_its_render_options() -> None:
+    assert sorted(CI_ARGV) == sorted(path.stem for path in CI_FILES)
 
 
-def sorted_like(expected: list[dict], rendered: list[dict]) -> list[dict]:
-    """The renderer's objects in the chart's order (Helm sorts by template file name)."""
-    order = {(doc["kind"], doc["metadata"]["name"]): i for i, doc in enumerate(rendered)}
-    missing = [
-        (d["kind"], d["metadata"]["name"])
-        for d in expected
-        if (d["kind"], d["metadata"]["name"]) not in order
-    ]
-    assert not missing, f"the chart does not render {missing}"
-    return sorted(expected, key=lambda d: order[(d["kind"], d["metadata"]["name"])])
+@pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
+def test_render_with_a_ci_files_settings_equals_helm(values_file: Path) -> None:
+    expected = helm_job_objects(ci_values(values_file))
+    rendered = render_objects(CI_ARGV[values_file.stem])
+    assert [comparable(doc) for doc in rendered] == [comparable(doc) for doc in expected]
+
+
+@pytest.mark.parametrize("case", MORE_CASES)
+def test_render_equals_helm_for_more_settings(case: str) -> None:
+    values, argv = MORE_CASES[case]
+    expected = helm_job_objects({"fullnameOverride": "demo-job", **values})
+    rendered = render_objects([*argv, "--name", "demo-job"])
+    assert [comparable(doc) for doc in rendered] == [comparable(doc) for doc in expected]
 
 
 def test_comparison_sees_a_difference() -> None:
-    """The comparison is not vacuous: one changed knob makes the objects differ."""
-    values = {"fullnameOverride": "demo-job", "nodes": 2}
-    expected = build_manifests(job_spec({**values, "nodes": 3}))
-    rendered = chart_job_objects(values)
-    assert [comparable(doc) for doc in rendered] != [
-        comparable(doc) for doc in sorted_like(expected, rendered)
-    ]
+    """The comparison is not vacuous: one changed setting makes the objects differ."""
+    expected = helm_job_objects({"fullnameOverride": "demo-job", "nodes": 2})
+    rendered = render_objects(["pytorchjob", "--name", "demo-job", "--nodes", "3"])
+    assert [comparable(doc) for doc in rendered] != [comparable(doc) for doc in expected]
+
+
+def test_objects_differ_only_in_helms_labels() -> None:
+    """Metadata too: Helm's labels and the claim's keep-annotation are all that differ."""
+    helm_docs = helm_job_objects(ci_values(CHART / "ci" / "indexedjob-values.yaml"))
+    render_docs = render_objects(CI_ARGV["indexedjob-values"])
+    for helm_doc, render_doc in zip(helm_docs, render_docs, strict=True):
+        helm_labels = dict(helm_doc["metadata"]["labels"])
+        assert helm_labels.pop("helm.sh/chart").startswith("kubeddp-")
+        assert helm_labels.pop("app.kubernetes.io/version") == chart().metadata["appVersion"]
+        assert helm_labels.pop("app.kubernetes.io/managed-by") == "Helm"
+        assert helm_labels.pop("app.kubernetes.io/instance") == RELEASE
+        render_labels = dict(render_doc["metadata"]["labels"])
+        assert render_labels.pop("app.kubernetes.io/managed-by") == "kubeddp"
+        assert render_labels.pop("app.kubernetes.io/instance") == "demo-kubeddp"
+        assert helm_labels == render_labels
+        annotations = helm_doc["metadata"].get("annotations", {})
+        if helm_doc["kind"] == "PersistentVolumeClaim":
+            assert annotations == {"helm.sh/resource-policy": "keep"}
+        assert "annotations" not in render_doc["metadata"]
 
 
 def test_helm_package_makes_a_chart_that_renders(tmp_path: Path) -> None:
@@ -334,7 +325,7 @@ def test_helm_test_pod_accepts_the_rendered_trainer_config(values_file: Path, tm
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     (container,) = test_pod["spec"]["containers"]
     (job,) = [d for d in docs if d["kind"] in KINDS_OF_JOBS]
-    assert container["image"] == containers(job)[0]["image"]
+    assert container["image"] == first_image(job)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config_map["data"]["config.yaml"])
     command = list(container["command"])
@@ -361,7 +352,20 @@ def test_helm_test_pod_fails_on_a_bad_trainer_config(tmp_path: Path) -> None:
     assert "epochz" in result.stderr
 
 
-KINDS_OF_JOBS = ("PyTorchJob", "TrainJob", "Job")
+KINDS_OF_JOBS = tuple(kind.resource.kind for kind in KINDS.values())
+
+
+def first_image(node: Any) -> str | None:
+    """The first `image:` in an object (the training container's, or the TrainJob trainer's)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("image"), str):
+            return node["image"]
+        node = list(node.values())
+    if isinstance(node, list):
+        return next((found for item in node if (found := first_image(item))), None)
+    return None
+
+
 NOTES_COMMANDS = {
     "PyTorchJob": [
         "kubectl -n ml get pytorchjob demo-kubeddp",

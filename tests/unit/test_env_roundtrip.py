@@ -15,11 +15,11 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from kubeddp.tools.jobspec import JobSpec, check_spec
-from kubeddp.tools.manifests import build_manifests
+from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_MATRIX = REPO / ".." / "shared" / "reference" / "kubeflow-env-matrix.csv"
@@ -153,19 +153,42 @@ def container_args(job: dict) -> list[str]:
 
 
 POD_ENVS = {"PyTorchJob": pytorchjob_pods, "TrainJob": trainjob_pods, "Job": indexedjob_pods}
+
+
+class Case(NamedTuple):
+    argv: tuple[str, ...]  # `kubeddp render` arguments
+    elastic: tuple[int, int] | None = None
+    nproc: int | None = None  # processes per pod when the options fix it
+
+
 JOBS = {
     # nprocPerNode auto on CPU: the operator counts 1 per pod in WORLD_SIZE (the slow case:
     # launch imports torch to count GPUs).
     "pytorchjob-cpu-auto": pytest.param(
-        JobSpec(name="pt", nodes=2, cpu="2"), marks=pytest.mark.slow
+        Case(("pytorchjob", "--name", "pt", "--nodes", "2", "--cpu", "2")),
+        marks=pytest.mark.slow,
     ),
-    "pytorchjob-cpu-3": JobSpec(name="pt3", nodes=3, nproc_per_node="1"),
-    "pytorchjob-gpu-2x8": JobSpec(name="ptg", nodes=2, gpus_per_node=8),
-    "pytorchjob-single": JobSpec(name="one", nodes=1, nproc_per_node="4"),
-    "pytorchjob-elastic": JobSpec(name="el", elastic=(2, 4), nproc_per_node="2"),
-    "trainjob-cpu-2": JobSpec(kind="trainjob", name="tj", nodes=2, cpu="2"),
-    "trainjob-gpu-3x4": JobSpec(kind="trainjob", name="tjg", nodes=3, gpus_per_node=4),
-    "indexedjob-3x2": JobSpec(kind="indexedjob", name="ix", nodes=3, nproc_per_node="2"),
+    "pytorchjob-cpu-3": Case(
+        ("pytorchjob", "--name", "pt3", "--nodes", "3", "--nproc-per-node", "1"), nproc=1
+    ),
+    "pytorchjob-gpu-2x8": Case(
+        ("pytorchjob", "--name", "ptg", "--nodes", "2", "--gpus-per-node", "8"), nproc=8
+    ),
+    "pytorchjob-single": Case(
+        ("pytorchjob", "--name", "one", "--nodes", "1", "--nproc-per-node", "4"), nproc=4
+    ),
+    "pytorchjob-elastic": Case(
+        ("pytorchjob", "--name", "el", "--elastic", "2:4", "--nproc-per-node", "2"),
+        elastic=(2, 4),
+        nproc=2,
+    ),
+    "trainjob-cpu-2": Case(("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "2")),
+    "trainjob-gpu-3x4": Case(
+        ("trainjob", "--name", "tjg", "--nodes", "3", "--gpus-per-node", "4"), nproc=4
+    ),
+    "indexedjob-3x2": Case(
+        ("indexedjob", "--name", "ix", "--nodes", "3", "--nproc-per-node", "2"), nproc=2
+    ),
 }
 
 
@@ -183,17 +206,16 @@ def dry_run(env: dict[str, str], args: list[str]) -> dict:
 
 
 def _params():
-    for case, spec in JOBS.items():
-        if isinstance(spec, JobSpec):
-            yield pytest.param(spec, id=case)
+    for case_id, case in JOBS.items():
+        if isinstance(case, Case):
+            yield pytest.param(case, id=case_id)
         else:
-            yield pytest.param(*spec.values, marks=spec.marks, id=case)
+            yield pytest.param(*case.values, marks=case.marks, id=case_id)
 
 
-@pytest.mark.parametrize("spec", list(_params()))
-def test_every_pod_agrees_on_the_rendezvous(spec):
-    check_spec(spec)
-    job = build_manifests(spec)[-1]
+@pytest.mark.parametrize("case", list(_params()))
+def test_every_pod_agrees_on_the_rendezvous(case: Case):
+    job = job_of(*case.argv)
     pods = POD_ENVS[job["kind"]](job)
     args = container_args(job)
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -207,16 +229,15 @@ def test_every_pod_agrees_on_the_rendezvous(spec):
         if "WORLD_SIZE" in env:  # the operator's own count must match what torchrun will use
             assert plan["world_size"] == int(env["WORLD_SIZE"]), env
     assert all(p["argv"][-len(args) + 1 :] == args[1:] for p in plans)  # worker args intact
-    if spec.elastic:
-        low, high = spec.elastic
+    if case.elastic:
+        low, high = case.elastic
         assert plans[0]["nnodes"] == f"{low}:{high}"
         assert plans[0]["rdzv_backend"] == "c10d"
-        assert plans[0]["rdzv_endpoint"] == f"{spec.name}-worker-0:23456"
+        assert plans[0]["rdzv_endpoint"] == f"{job['metadata']['name']}-worker-0:23456"
         return
     nodes = len(pods)
     assert plans[0]["nnodes"] == str(nodes)
     assert sorted(p["node_rank"] for p in plans) == list(range(nodes))
     assert plans[0]["world_size"] == nodes * plans[0]["nproc_per_node"]
-    if spec.nproc_per_node or spec.gpus_per_node:
-        expected = int(spec.nproc_per_node or spec.gpus_per_node)
-        assert plans[0]["nproc_per_node"] == expected
+    if case.nproc:
+        assert plans[0]["nproc_per_node"] == case.nproc

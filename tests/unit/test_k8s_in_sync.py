@@ -8,9 +8,9 @@ from pathlib import Path
 import yaml
 
 from kubeddp.tools import gen_k8s
+from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
 from kubeddp.tools.rbac import RULES
 from kubeddp.tools.validate import load_documents, validate_documents
-from kubeddp.trainer import constants as C
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 
@@ -42,11 +42,13 @@ def test_kind_ci_job_uses_the_local_cpu_image_and_gloo():
     job = next(d for d in docs if d["kind"] == "PyTorchJob")
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         (container,) = replica["template"]["spec"]["containers"]
-        assert container["image"] == C.IMAGE_CPU_LOCAL
+        assert container["image"] == IMAGE_CPU_LOCAL
         assert container["imagePullPolicy"] == "IfNotPresent"
-        assert "ddp.backend=gloo" in container["args"]
         assert "nvidia.com/gpu" not in str(container.get("resources"))
     assert job["spec"]["nprocPerNode"] == "1"
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["ddp"] == {"backend": "gloo", "device": "cpu"}
 
 
 def test_kustomization_lists_existing_files():

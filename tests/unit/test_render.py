@@ -1,5 +1,6 @@
 """`kubeddp render`: a matrix of options renders manifests that pass validation, with the
-defaults the design promises (restricted PSS, container names, ports, /dev/shm, Master 1)."""
+defaults the design promises (restricted PSS, container names, ports, /dev/shm, Master 1).
+How each option maps onto a chart value is tested in test_render_options.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import pytest
 import yaml
 
+from kubeddp.tools import k8s_names as N
 from kubeddp.tools.cli import main
+from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from kubeddp.trainer import constants as C
 
@@ -48,6 +51,25 @@ PYTORCHJOB_ONLY = {
 SHAPES = {
     "cpu": ["--nodes", "3", "--cpu", "2", "--memory", "4Gi"],
     "gpu": ["--nodes", "2", "--gpus-per-node", "8", "--cpu-limit", "32", "--memory-limit", "256Gi"],
+}
+
+
+# The restricted Pod Security Standard, as the image (uid/gid 1000) needs it.
+RESTRICTED_POD = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "readOnlyRootFilesystem": True,
 }
 
 
@@ -102,41 +124,39 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
     ]
     for doc in docs:
         assert set(doc["metadata"]["labels"]) >= {
-            C.LABEL_NAME,
-            C.LABEL_INSTANCE,
-            C.LABEL_MANAGED_BY,
-            C.LABEL_COMPONENT,
+            N.LABEL_NAME,
+            N.LABEL_INSTANCE,
+            N.LABEL_MANAGED_BY,
+            N.LABEL_COMPONENT,
         }
     for template in pod_templates(job):
         pod = template["spec"]
-        assert pod["securityContext"] == C.POD_SECURITY_CONTEXT
-        assert pod["terminationGracePeriodSeconds"] == C.TERMINATION_GRACE_PERIOD_SECONDS
+        assert pod["securityContext"] == RESTRICTED_POD
+        assert pod["terminationGracePeriodSeconds"] == N.TERMINATION_GRACE_PERIOD_SECONDS
+        assert pod["terminationGracePeriodSeconds"] > C.PREEMPT_GRACE_SECONDS
         (container,) = pod["containers"]
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        assert {
-            k: v for k, v in container["securityContext"].items() if k != "readOnlyRootFilesystem"
-        } == C.CONTAINER_SECURITY_CONTEXT
+        assert container["securityContext"] == RESTRICTED_CONTAINER
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        assert set(mounts) == {"/dev/shm", C.SCRATCH_DIR, C.CHECKPOINT_DIR, C.CONFIG_DIR}
+        assert set(mounts) == {"/dev/shm", C.SCRATCH_DIR, C.CHECKPOINT_DIR, N.CONFIG_DIR}
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
         assert volumes["config"]["configMap"]["name"] == docs[0]["metadata"]["name"]
         annotations = template["metadata"].get("annotations", {})
-        assert (annotations.get(C.ISTIO_INJECT_ANNOTATION) == "false") == (
+        assert (annotations.get(N.ISTIO_INJECT_ANNOTATION) == "false") == (
             feature != "env-sa" or kind == "trainjob"
         )
         if kind != "trainjob":
             assert container["imagePullPolicy"] == "IfNotPresent"
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            assert ports[C.METRICS_PORT_NAME] == C.METRICS_PORT
+            assert ports[N.METRICS_PORT_NAME] == C.METRICS_PORT
             assert pod["automountServiceAccountToken"] is (feature == "env-sa")
             assert container["args"][:3] == ["--", "--config", C.CONFIG_FILE]
     if kind == "pytorchjob":
         for template in pod_templates(job):
             (container,) = template["spec"]["containers"]
-            assert container["name"] == C.PYTORCHJOB_CONTAINER
+            assert container["name"] == KINDS["pytorchjob"].container
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            assert ports[C.PYTORCHJOB_PORT_NAME] == C.PYTORCHJOB_PORT
+            assert ports[KINDS["pytorchjob"].rendezvous_port_name] == C.PYTORCHJOB_PORT
         assert isinstance(job["spec"]["nprocPerNode"], str)
     if feature == "podmonitor":
         monitor = by_kind(docs)["PodMonitor"]
@@ -187,7 +207,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     service, job = docs["Service"], docs["Job"]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["selector"] == {C.INDEXEDJOB_NAME_LABEL: "ix"}
+    assert service["spec"]["selector"] == {KINDS["indexedjob"].job_name_label: "ix"}
     pod = job["spec"]["template"]["spec"]
     assert pod["subdomain"] == "ix"
     assert job["spec"]["completionMode"] == "Indexed"
@@ -199,9 +219,14 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
         C.ENV_INDEXEDJOB_NNODES: "3",
         C.ENV_INDEXEDJOB_NPROC: "2",
     }
-    assert pod["containers"][0]["name"] == C.INDEXEDJOB_CONTAINER
+    assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
     codes = job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"]
     assert C.PREEMPTED_EXIT_CODE not in codes and 1 in codes
+    assert codes == list(range(1, 128))  # the program's own failures; signals are retried
+    assert job["spec"]["podFailurePolicy"]["rules"][0] == {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget"}],
+    }
 
 
 def test_trainjob_uses_torch_distributed_runtime(capsys):
@@ -210,26 +235,36 @@ def test_trainjob_uses_torch_distributed_runtime(capsys):
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["numProcPerNode"] == 4
     (container,) = pod_templates(job)[0]["spec"]["containers"]
-    assert container["name"] == C.TRAINJOB_CONTAINER
+    assert container["name"] == KINDS["trainjob"].container
 
 
 def test_config_file_ships_in_configmap_and_overrides_follow_it(tmp_path, capsys):
     config = tmp_path / "train.yaml"
-    config.write_text("workload:\n  name: regression\ntrain:\n  max_steps: 7\n")
-    docs = by_kind(
-        render(["pytorchjob", "--config", str(config), "--set", "train.lr=0.01"], capsys)
-    )
+    config.write_text("workload:\n  name: regression\ntrain:\n  max_steps: 7\n  lr: 0.5\n")
+    argv = [
+        "pytorchjob",
+        "--config",
+        str(config),
+        "--set",
+        "train.lr=1e-2",
+        "--set",
+        "train.amp=off",
+    ]
+    docs = by_kind(render(argv, capsys))
     shipped = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"])
-    assert shipped["train"]["max_steps"] == 7
+    assert shipped["workload"] == {"name": "regression"}
+    # --set wins over the file, typed as the trainer reads it (YAML 1.1: 1e-2 and off are not
+    # a float and a string)
+    assert shipped["train"] == {"max_steps": 7, "lr": 0.01, "amp": "off"}
     assert shipped["checkpoint"]["dir"] == C.CHECKPOINT_DIR
     template = pod_templates(docs["PyTorchJob"])[0]
-    assert template["spec"]["containers"][0]["args"] == [
-        "--",
-        "--config",
-        C.CONFIG_FILE,
-        "--set",
-        "train.lr=0.01",
-    ]
+    assert template["spec"]["containers"][0]["args"] == ["--", "--config", C.CONFIG_FILE]
+
+
+def test_checkpoint_dir_can_be_set(capsys):
+    docs = by_kind(render(["pytorchjob", "--set", "checkpoint.dir=/checkpoints/run1"], capsys))
+    shipped = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"])
+    assert shipped == {"checkpoint": {"dir": "/checkpoints/run1"}}
 
 
 def test_json_output_is_a_list_of_the_same_objects(capsys):

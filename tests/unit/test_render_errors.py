@@ -54,6 +54,33 @@ BAD_OPTIONS = [
     (["pytorchjob", "--image", "has space"], "--image"),
     (["pytorchjob", "--image-pull-policy", "Sometimes"], "--image-pull-policy"),
     (["pytorchjob", "-o", "toml"], "--output"),
+    # options that only the chart had before render rendered it
+    (["pytorchjob", "--podmonitor", "--podmonitor-interval", "15x"], "--podmonitor-interval"),
+    (["pytorchjob", "--podmonitor-interval", "15s"], "--podmonitor-interval"),
+    (["pytorchjob", "--dashboard-label", "team=ml"], "--dashboard-label"),
+    (["trainjob", "--runtime-kind", "JobSet"], "--runtime-kind"),
+    (["trainjob", "--runtime-name", "Torch Runtime"], "--runtime-name"),
+    (["pytorchjob", "--elastic", "2:4", "--rdzv-id", "a b"], "--rdzv-id"),
+    (
+        ["pytorchjob", "--termination-grace-period-seconds", "-1"],
+        "--termination-grace-period-seconds",
+    ),
+    (["pytorchjob", "--gang", "volcano", "--gang-queue", "Research"], "--gang-queue"),
+    (["pytorchjob", "--pod-label", "team=a b"], "--pod-label"),
+    (["pytorchjob", "--pod-annotation", "=x"], "--pod-annotation"),
+    (["pytorchjob", "--extra-env", "[{nam: TOKEN}]"], "--extra-env"),
+    (["pytorchjob", "--resources", "{requests: {cpu: lots}}"], "--resources"),
+    (["pytorchjob", "--security-context", "{runAsUser: root}"], "--security-context"),
+    (["pytorchjob", "--pod-security-context", "[1]"], "--pod-security-context"),
+    (["pytorchjob", "--image", "ghcr.io/a/b@sha256:xyz"], "--image"),
+    (["pytorchjob", "--service-account", "Bad_Name"], "--service-account"),
+    (["pytorchjob", "--service-account-annotation", "a b=c"], "--service-account-annotation"),
+    # the trainer's own rules, through --set
+    (["pytorchjob", "--set", "workload.name=custom"], "--set"),
+    (["pytorchjob", "--set", "train.lr=nan"], "--set"),
+    (["pytorchjob", "--set", "metrics.port=70000"], "--set"),
+    # an inline value longer than a file name can be is read as YAML, not as a path
+    (["pytorchjob", "--affinity", "{" + "a" * 300 + ": 1}"], "--affinity"),
     (["cronjob"], "kind"),
 ]
 

@@ -16,10 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
-from kubeddp.tools.jobspec import JobSpec, check_spec
-from kubeddp.tools.manifests import build_manifests
 from kubeddp.tools.validate import validate_documents
 from tests.helpers.manifest_paths import PYTORCHJOB_MASTER_POD, TRAINJOB_POD
+from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / ".." / "shared" / "reference" / "crds"
@@ -69,63 +68,48 @@ def crd_errors(validators, doc: dict) -> list[str]:
 
 
 OPTION_SETS = [
-    {},
-    {
-        "nodes": 4,
-        "gpus_per_node": 8,
-        "cpu": "16",
-        "memory": "64Gi",
-        "cpu_limit": "32",
-        "memory_limit": "128Gi",
-        "shm_size": "16Gi",
-    },
-    {
-        "nodes": 2,
-        "checkpoint_size": "10Gi",
-        "podmonitor": True,
-        "queue": "q",
-        "env": {"NCCL_DEBUG": "INFO"},
-        "service_account": "sa",
-        "istio_opt_out": False,
-    },
-    {
-        "nodes": 2,
-        "checkpoint_claim": "ckpt",
-        "node_selector": {"pool": "gpu"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
-                ]
-            }
-        },
-    },
-    {"nodes": 3, "overrides": ["train.max_steps=3"], "nproc_per_node": "2"},
-]
+    [],
+    [
+        "--nodes", "4", "--gpus-per-node", "8", "--cpu", "16", "--memory", "64Gi",
+        "--cpu-limit", "32", "--memory-limit", "128Gi", "--shm-size", "16Gi",
+    ],
+    [
+        "--nodes", "2", "--checkpoint-size", "10Gi", "--podmonitor", "--queue", "q",
+        "--env", "NCCL_DEBUG=INFO", "--service-account", "sa", "--no-istio-opt-out",
+    ],
+    [
+        "--nodes", "2", "--checkpoint-pvc", "ckpt", "--node-selector", "pool=gpu",
+        "--tolerations", "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]",
+        "--affinity",
+        "{podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution:"
+        " [{weight: 1, podAffinityTerm: {topologyKey: kubernetes.io/hostname}}]}}",
+    ],
+    ["--nodes", "3", "--set", "train.max_steps=3", "--nproc-per-node", "2"],
+    [  # what only the chart had before render rendered the chart
+        "--image-pull-secret", "regcred", "--pod-label", "team=ml", "--pod-annotation", "a=b",
+        "--extra-env", "[{name: TOKEN, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
+        "--image", "registry.local:5000/kubeddp@sha256:" + "0" * 64,
+    ],
+]  # fmt: skip
 PYTORCHJOB_ONLY = [
-    {"elastic": (2, 4), "max_restarts": 5},
-    {"elastic": (1, 3), "nodes": 2, "gpus_per_node": 4},
-    {"gang": "volcano", "priority_class": "high", "nodes": 3},
-    {
-        "restart_policy": "OnFailure",
-        "backoff_limit": 0,
-        "ttl_seconds_after_finished": 60,
-        "clean_pod_policy": "All",
-    },
-]
+    ["--elastic", "2:4", "--max-restarts", "5", "--rdzv-id", "run-1"],
+    ["--elastic", "1:3", "--nodes", "2", "--gpus-per-node", "4"],
+    ["--gang", "volcano", "--gang-queue", "research", "--priority-class", "high", "--nodes", "3"],
+    [
+        "--restart-policy", "OnFailure", "--backoff-limit", "0",
+        "--ttl-seconds-after-finished", "60", "--clean-pod-policy", "All",
+    ],
+]  # fmt: skip
 
 
 def rendered_jobs() -> list[dict]:
-    jobs = []
-    for kind, options in itertools.chain(
-        itertools.product(["pytorchjob", "trainjob"], OPTION_SETS),
-        itertools.product(["pytorchjob"], PYTORCHJOB_ONLY),
-    ):
-        spec = JobSpec(kind=kind, name="job", **options)
-        check_spec(spec)
-        jobs.append(build_manifests(spec)[-2 if spec.podmonitor else -1])
-    return jobs
+    return [
+        job_of(kind, "--name", "job", *options)
+        for kind, options in itertools.chain(
+            itertools.product(["pytorchjob", "trainjob"], OPTION_SETS),
+            itertools.product(["pytorchjob"], PYTORCHJOB_ONLY),
+        )
+    ]
 
 
 JOBS = rendered_jobs()
@@ -180,8 +164,7 @@ BAD_EDITS = [
     ids=[f"{k}-{'.'.join(map(str, w[-2:]))}.{f}" for k, w, f, _ in BAD_EDITS],
 )
 def test_bad_manifests_fail_offline_and_crd(kind, where, key, value, validators):
-    spec = JobSpec(kind=kind, name="job", nodes=3)
-    job = copy.deepcopy(build_manifests(spec)[-1])
+    job = copy.deepcopy(job_of(kind, "--name", "job", "--nodes", "3"))
     at(job, where)[key] = value
     assert crd_errors(validators, job), "the CRD accepts it: not a bad case"
     problems = validate_documents([job])

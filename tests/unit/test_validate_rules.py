@@ -11,17 +11,16 @@ import pytest
 import yaml
 
 from kubeddp.tools.cli import main
-from kubeddp.tools.jobspec import JobSpec
-from kubeddp.tools.manifests import build_manifests
+from tests.helpers import render
 from tests.helpers.manifest_paths import PYTORCHJOB_REPLICAS, TRAINJOB_POD
 
 
-def job_of(kind: str, **options) -> dict:
-    return build_manifests(JobSpec(kind=kind, name="demo", **options))[-1]
+def job_of(kind: str, *options: str) -> dict:
+    return render.job_of(kind, "--name", "demo", *options)
 
 
-def pytorchjob(**options) -> dict:
-    return job_of("pytorchjob", **options)
+def pytorchjob(*options: str) -> dict:
+    return job_of("pytorchjob", *options)
 
 
 def first_container(job: dict, replica: str = "Master") -> dict:
@@ -57,22 +56,22 @@ def _delete(path: list):
 REPLICAS = PYTORCHJOB_REPLICAS
 BAD = {
     "master-replicas-2": (
-        pytorchjob(nodes=2),
+        pytorchjob("--nodes", "2"),
         _set([*REPLICAS, "Master", "replicas"], 2),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
     "master-replicas-implicit": (
-        pytorchjob(nodes=2),
+        pytorchjob("--nodes", "2"),
         _delete([*REPLICAS, "Master", "replicas"]),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
     "no-master": (
-        pytorchjob(nodes=2),
+        pytorchjob("--nodes", "2"),
         _delete([*REPLICAS, "Master"]),
         "spec.pytorchReplicaSpecs.Master",
     ),
     "replica-key": (
-        pytorchjob(nodes=2),
+        pytorchjob("--nodes", "2"),
         lambda d: d["spec"]["pytorchReplicaSpecs"].update(
             Chief=d["spec"]["pytorchReplicaSpecs"]["Worker"]
         ),
@@ -96,19 +95,19 @@ BAD = {
     ),
     "nproc": (pytorchjob(), _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
     "rdzv-backend": (
-        pytorchjob(elastic=(2, 4)),
+        pytorchjob("--elastic", "2:4"),
         _set(["spec", "elasticPolicy", "rdzvBackend"], "zookeeper"),
         "spec.elasticPolicy.rdzvBackend",
     ),
     "elastic-master": (
-        pytorchjob(elastic=(2, 4)),
+        pytorchjob("--elastic", "2:4"),
         lambda d: d["spec"]["pytorchReplicaSpecs"].update(
             Master=dict(d["spec"]["pytorchReplicaSpecs"]["Worker"], replicas=1)
         ),
         "spec.pytorchReplicaSpecs.Master",
     ),
     "elastic-min-max": (
-        pytorchjob(elastic=(2, 4)),
+        pytorchjob("--elastic", "2:4"),
         _set(["spec", "elasticPolicy", "minReplicas"], 5),
         "spec.elasticPolicy",
     ),
@@ -118,7 +117,7 @@ BAD = {
         "spec.runPolicy.cleanup",
     ),
     "pytorchjob-wrong-type": (
-        pytorchjob(nodes=3),
+        pytorchjob("--nodes", "3"),
         _set([*REPLICAS, "Worker", "replicas"], "2"),
         "spec.pytorchReplicaSpecs.Worker.replicas",
     ),
@@ -128,7 +127,7 @@ BAD = {
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].gpu",
     ),
     "trainjob-reserved-env": (
-        job_of("trainjob", env={"PET_NNODES": "3"}),
+        job_of("trainjob", "--env", "PET_NNODES=3"),
         lambda d: None,
         "spec.trainer.env[0].name",
     ),
@@ -149,7 +148,7 @@ BAD = {
     ),
     "trainjob-name": (job_of("trainjob"), _set(["metadata", "name"], "-x"), "metadata.name"),
     "indexedjob-parallelism": (
-        job_of("indexedjob", nodes=3),
+        job_of("indexedjob", "--nodes", "3"),
         _set(["spec", "parallelism"], 2),
         "spec.parallelism",
     ),
@@ -159,7 +158,7 @@ BAD = {
         "spec.template.spec.subdomain",
     ),
     "job-unknown-field": (job_of("indexedjob"), _set(["spec", "completion"], 2), "spec"),
-    "configmap-wrong-type": (build_manifests(JobSpec())[0], _set(["data", "n"], 1), "data.n"),
+    "configmap-wrong-type": (render.render_job("pytorchjob")[0], _set(["data", "n"], 1), "data.n"),
 }
 
 
@@ -183,9 +182,9 @@ def test_each_rule_is_caught(case, monkeypatch, capsys):
 
 def test_good_manifests_pass_and_report_ok(monkeypatch, capsys):
     docs = [
-        *build_manifests(JobSpec(nodes=3, podmonitor=True)),
-        *build_manifests(JobSpec(kind="trainjob", name="tj")),
-        *build_manifests(JobSpec(kind="indexedjob", name="ij", checkpoint_size="1Gi")),
+        *render.render_job("pytorchjob", "--nodes", "3", "--podmonitor"),
+        *render.render_job("trainjob", "--name", "tj"),
+        *render.render_job("indexedjob", "--name", "ij", "--checkpoint-size", "1Gi"),
     ]
     code, out, err = run_validate(docs, monkeypatch, capsys)
     assert (code, out) == (0, "")

@@ -1,6 +1,7 @@
 {{/*
-Names and labels. The job name is the full name: a DNS-1035 label, since the operators derive
-pod and Service names from it (<job>-master-0, <job>-node-0-0.<job>, <job>-0.<job>).
+Names, labels and object metadata. The job name is the full name: a DNS-1035 label, since the
+operators derive pod and Service names from it (<job>-master-0, <job>-node-0-0.<job>, <job>-0.<job>).
+managedBy=kubeddp (what `kubeddp render` sets) leaves out what only Helm uses.
 */}}
 
 {{- define "kubeddp.name" -}}
@@ -24,26 +25,76 @@ pod and Service names from it (<job>-master-0, <job>-node-0-0.<job>, <job>-0.<jo
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* "true" when Helm applies the objects (not `kubeddp render`) */}}
+{{- define "kubeddp.helmManaged" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- if ne .Values.managedBy $c.kubeddpManaged }}true{{ end }}
+{{- end }}
+
 {{- define "kubeddp.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "kubeddp.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{ $c.labelName }}: {{ include "kubeddp.name" . }}
+{{ $c.labelInstance }}: {{ .Release.Name }}
 {{- end }}
 
 {{- define "kubeddp.labels" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $helm := include "kubeddp.helmManaged" . }}
+{{- if $helm }}
 helm.sh/chart: {{ include "kubeddp.chart" . }}
-{{ include "kubeddp.selectorLabels" . }}
+{{- end }}
+{{ include "kubeddp.selectorLabels" . | trim }}
+{{- if $helm }}
 app.kubernetes.io/version: {{ default .Chart.AppVersion .Values.image.tag | trunc 63 | trimSuffix "-" | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+{{ $c.labelManagedBy }}: {{ .Values.managedBy }}
 {{- end }}
 
-{{/* labels plus app.kubernetes.io/component; call with (list $ "component") */}}
+{{/* labels plus the component; call with (list $ "component") */}}
 {{- define "kubeddp.componentLabels" -}}
-{{ include "kubeddp.labels" (index . 0) }}
-app.kubernetes.io/component: {{ index . 1 }}
+{{- $c := include "kubeddp.constants" (index . 0) | fromYaml }}
+{{ include "kubeddp.labels" (index . 0) | trim }}
+{{ $c.labelComponent }}: {{ index . 1 }}
+{{- end }}
+
+{{/*
+An object's metadata: dict "root" $ "name" NAME "component" C, optional "labels" (a list of
+maps, written in order) and "annotations" (a map).
+*/}}
+{{- define "kubeddp.metadata" -}}
+name: {{ .name }}
+{{- with .root.Values.namespaceOverride }}
+namespace: {{ . }}
+{{- end }}
+labels:
+  {{- include "kubeddp.componentLabels" (list .root .component) | trim | nindent 2 }}
+  {{- range .labels }}
+  {{- with . }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- end }}
+{{- with .annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The job object's metadata: the Kueue queue label when asked */}}
+{{- define "kubeddp.jobMetadata" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $queue := dict }}
+{{- with .Values.kueue.queueName }}
+{{- $queue = dict $c.kueueQueueLabel . }}
+{{- end }}
+{{- include "kubeddp.metadata" (dict "root" . "name" (include "kubeddp.fullname" .) "component" "job" "labels" (list $queue)) }}
 {{- end }}
 
 {{- define "kubeddp.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{- define "kubeddp.configMapName" -}}
@@ -62,7 +113,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* Resolved knobs: null values take the same defaults as `kubeddp render`. */}}
+{{/* Resolved knobs: null values take the documented defaults. */}}
 {{- define "kubeddp.nodes" -}}
 {{- if not (kindIs "invalid" .Values.nodes) }}
 {{- .Values.nodes | int }}

@@ -1,12 +1,13 @@
 {{/*
-The training pod, shared by every kind (same shape as tools/manifests.py).
+The training pod, shared by every kind.
 */}}
 
 {{- define "kubeddp.podMetadata" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 labels:
   {{- include "kubeddp.selectorLabels" . | trim | nindent 2 }}
-  app.kubernetes.io/component: trainer
+  {{ $c.labelManagedBy }}: {{ .Values.managedBy }}
+  {{ $c.labelComponent }}: {{ $c.trainerComponent }}
   {{- with .Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -37,7 +38,6 @@ annotations:
 {{- end }}
 
 {{- define "kubeddp.volumes" -}}
-{{- $c := include "kubeddp.constants" . | fromYaml }}
 - name: config
   configMap:
     name: {{ include "kubeddp.configMapName" . }}
@@ -64,7 +64,7 @@ annotations:
 - name: checkpoints
   mountPath: {{ $c.checkpointDir }}
 - name: dshm
-  mountPath: /dev/shm
+  mountPath: {{ $c.shmDir }}
 - name: tmp
   mountPath: {{ $c.scratchDir }}
 {{- end }}
@@ -74,6 +74,20 @@ annotations:
 - "--"
 - "--config"
 - {{ $c.configFile }}
+{{- end }}
+
+{{/* the container's ports: the kind's rendezvous port (when kubeddp declares it), metrics */}}
+{{- define "kubeddp.ports" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $k := index $c.kinds .Values.kind }}
+{{- if $k.declaresPorts }}
+- name: {{ $k.rendezvousPortName }}
+  containerPort: {{ $k.rendezvousPort }}
+  protocol: TCP
+{{- end }}
+- name: {{ $c.metricsPortName }}
+  containerPort: {{ $c.metricsPort }}
+  protocol: TCP
 {{- end }}
 
 {{/* env: the kind's own entries (.env, in the order .envOrder) where values.env may replace
@@ -95,10 +109,12 @@ a value in place, then the rest of values.env, then extraEnv */}}
 {{- end }}
 {{- end }}
 
-{{/* dict "root" $ "container" NAME "ports" LIST "env" DICT "envOrder" LIST */}}
+{{/* dict "root" $ "env" DICT "envOrder" LIST */}}
 {{- define "kubeddp.container" -}}
 {{- $root := .root -}}
-- name: {{ .container }}
+{{- $c := include "kubeddp.constants" $root | fromYaml }}
+{{- $k := index $c.kinds $root.Values.kind }}
+- name: {{ $k.container }}
   image: {{ include "kubeddp.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   args:
@@ -108,7 +124,7 @@ a value in place, then the rest of values.env, then extraEnv */}}
     {{- . | trim | nindent 4 }}
   {{- end }}
   ports:
-    {{- toYaml .ports | nindent 4 }}
+    {{- include "kubeddp.ports" $root | trim | nindent 4 }}
   {{- with (include "kubeddp.resources" $root) }}
   resources:
     {{- . | trim | nindent 4 }}
@@ -135,7 +151,7 @@ affinity:
 {{- end }}
 {{- end }}
 
-{{/* dict "root" $ "container" ... "restartPolicy" P "subdomain" S "schedulerName" N */}}
+{{/* dict "root" $ "env" ... "envOrder" ... "restartPolicy" P "subdomain" S "schedulerName" N */}}
 {{- define "kubeddp.podTemplate" -}}
 {{- $root := .root -}}
 metadata:

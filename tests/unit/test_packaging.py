@@ -1,0 +1,156 @@
+"""Packaging: the wheel carries the Helm chart and `kubeddp render` uses that copy; a plain
+install (no `cli` extra) answers the manifest and cluster commands with one line saying what
+to install, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kubeddp.tools.cli import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "kubeddp"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def chart_files() -> set[str]:
+    """What `helm package` ships: the chart without ci/ and what .helmignore drops."""
+    files = {p.relative_to(CHART).as_posix() for p in CHART.rglob("*") if p.is_file()}
+    return {f for f in files if not f.startswith("ci/") and "__pycache__" not in f}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--wheel-dir", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=150,
+    )
+    (built,) = out.glob("kubeddp-*.whl")
+    return built
+
+
+def test_wheel_contains_the_chart(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {name.removeprefix("kubeddp/chart/") for name in names if "kubeddp/chart/" in name}
+    assert shipped == chart_files()
+    assert {"Chart.yaml", "values.schema.json", "templates/_constants.tpl"} <= shipped
+
+
+def test_render_uses_the_chart_in_the_wheel(wheel: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    script = textwrap.dedent(
+        f"""
+        from kubeddp.tools.cli import main
+        from kubeddp.tools.render import chart_dir
+        assert str(chart_dir()).startswith({str(site)!r}), chart_dir()
+        raise SystemExit(main(["render", "indexedjob", "--validate-against", "offline"]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kind: Job" in done.stdout and "kind: Service" in done.stdout
+
+
+def run_without(modules: tuple[str, ...], argv: list[str], tmp_path: Path):
+    """The CLI with these modules unimportable, as in an install without the `cli` extra."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        for name in {list(modules)!r}:
+            sys.modules[name] = None
+        from kubeddp.tools.cli import main
+        raise SystemExit(main({argv!r}))
+        """
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+COMMANDS = {
+    "render": ["render", "pytorchjob", "--validate-against", "offline"],
+    "render-auto": ["render", "trainjob"],
+    "validate": ["validate", "job.yaml", "--validate-against", "offline"],
+    "submit": ["submit", "pytorchjob", "--validate-against", "offline"],
+    "submit-file": ["submit", "-f", "job.yaml", "--validate-against", "offline"],
+    "status": ["status", "demo"],
+    "logs": ["logs", "demo"],
+    "wait": ["wait", "demo", "--timeout", "1"],
+    "delete": ["delete", "demo"],
+}
+JOB = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: demo}\nspec: {}\n"
+
+
+def assert_one_install_line(done) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert INSTALL_CLI_EXTRA in lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_plain_install_says_what_to_install(command: str, tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(JOB)
+    done = run_without(CLI_EXTRA_MODULES, COMMANDS[command], tmp_path)
+    assert_one_install_line(done)
+    assert done.stdout == ""
+
+
+# A command that needs each library of the extra (offline: no cluster is asked).
+NEEDS = {
+    "helm_python": ["render", "pytorchjob", "--validate-against", "offline"],
+    "jsonschema": ["render", "pytorchjob", "--validate-against", "offline"],
+    "kubernetes": ["status", "demo"],
+    "kubernetes_validate": ["render", "indexedjob", "--validate-against", "offline"],
+    "kubeflow": ["render", "pytorchjob", "--validate-against", "offline"],
+    "kubeflow_trainer_api": ["render", "trainjob", "--validate-against", "offline"],
+    "pydantic": ["render", "trainjob", "--validate-against", "offline"],
+}
+
+
+def test_every_library_of_the_extra_is_covered() -> None:
+    assert sorted(NEEDS) == sorted(CLI_EXTRA_MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(NEEDS))
+def test_each_missing_library_is_named(module: str, tmp_path: Path) -> None:
+    done = run_without((module,), NEEDS[module], tmp_path)
+    assert_one_install_line(done)
+    assert module in done.stderr
+
+
+def test_help_and_launch_need_no_extra(tmp_path: Path) -> None:
+    done = run_without(CLI_EXTRA_MODULES, ["render", "--help"], tmp_path)
+    assert done.returncode == 0 and "--gpus-per-node" in done.stdout, done.stderr

@@ -1,0 +1,616 @@
+"""The Helm chart's values, defined once: path, schema, default, doc, `kubeddp render` flags.
+
+`make chart` (tools/gen_chart.py) writes values.yaml, values.schema.json and the chart README's
+values table from `VALUES`; `kubeddp render` builds its options from the flags below and maps
+what the user gave onto these values (tools/render_options.py). A flag sets the value it is
+attached to, or the paths in `sets` through `convert` where it is not 1:1.
+"""
+
+from __future__ import annotations
+
+from kubeddp.tools import k8s_names as names
+from kubeddp.tools import patterns as P
+from kubeddp.tools.chart_value_types import (
+    Flag,
+    Section,
+    Value,
+    boolean,
+    choice,
+    elastic_values,
+    image_values,
+    integer,
+    k8s,
+    k8s_list,
+    label_map,
+    pairs,
+    pull_secrets,
+    resource,
+    string_map,
+    switch,
+    text,
+)
+from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
+from kubeddp.tools.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
+from kubeddp.tools.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
+from kubeddp.trainer import constants as trainer
+from kubeddp.trainer.config import config_json_schema
+
+# What a null value means (null also means "not asked for": a TrainJob refuses these).
+DEFAULT_RESTART_POLICY = "ExitCode"
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_CLEAN_POD_POLICY = "Running"  # after the job ends, stop agents left waiting in a barrier
+DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
+MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
+
+GROUPS = ("job", "image and pods", "scheduling", "trainer config and checkpoints", "monitoring")
+
+
+# --- the values -------------------------------------------------------------------------------
+
+JOB, POD, SCHEDULING, TRAINER, MONITORING = GROUPS
+KIND_NAMES = tuple(kind.chart_kind for kind in KINDS.values())
+RESTART_POLICIES = tuple(
+    dict.fromkeys(policy for kind in KINDS.values() for policy in kind.restart_policies)
+)
+NPROC_WORDS = tuple(dict.fromkeys(word for kind in KINDS.values() for word in kind.nproc_words))
+JOB_NAME = text(P.optional(P.DNS1035), maxLength=MAX_JOB_NAME_LENGTH)
+OPTIONAL_SUBDOMAIN = text(P.optional(P.DNS1123_SUBDOMAIN), maxLength=253)
+QUANTITY = text(P.QUANTITY)
+
+
+def _kind_doc(cli: bool = False) -> str:
+    return "the workload: " + "; ".join(
+        f"{kind.name if cli else kind.chart_kind} ({kind.help})" for kind in KINDS.values()
+    )
+
+
+SECTIONS = (
+    Section("image", "The training image (CUDA variant; `kubeddp:cpu` for CPU clusters)."),
+    Section(
+        "elastic",
+        "Elastic PyTorchJob: torchrun's c10d rendezvous on <job>-worker-0; the job keeps running "
+        "with minNodes..maxNodes pods and a restart resumes from the latest checkpoint.",
+    ),
+    Section("trainJob", "TrainJob: the training runtime it runs on."),
+    Section("istio", "Istio: a sidecar breaks the rendezvous."),
+    Section("kueue", "Kueue admits the whole job when its quota allows."),
+    Section(
+        "gang",
+        "Gang scheduling (PyTorchJob): every pod starts together or none does. The Training "
+        "Operator must run with --gang-scheduler-name set to the same scheduler; it creates the "
+        "PodGroup.",
+    ),
+    Section("serviceAccount", "The pods' ServiceAccount."),
+    Section(
+        "checkpoints",
+        f"Checkpoints live at {trainer.CHECKPOINT_DIR}: an existing claim, a new claim (size), or "
+        "an emptyDir that is lost with the pod (then a restarted pod starts from scratch).",
+    ),
+    Section("monitoring", "Prometheus and Grafana."),
+    Section("monitoring.podMonitor", "A Prometheus Operator PodMonitor for the job's pods."),
+    Section("monitoring.dashboard", "The Grafana dashboard."),
+)
+
+VALUES: tuple[Value, ...] = (
+    Value("nameOverride", JOB_NAME, "", "the chart name used in names and labels", JOB),
+    Value(
+        "fullnameOverride",
+        JOB_NAME,
+        "",
+        "the job name: a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+        f"letter) of at most {MAX_JOB_NAME_LENGTH} characters; empty = the release's full name",
+        JOB,
+        (Flag(("--name",), help=f"job name, a DNS-1035 label (default {DEFAULT_JOB_NAME})"),),
+    ),
+    Value(
+        "namespaceOverride",
+        text(P.optional(P.DNS1123_LABEL), maxLength=63),
+        "",
+        "namespace written into every object; empty = none (the release's or kubectl's)",
+        JOB,
+        (Flag(("-n", "--namespace"), help="namespace of the objects (default: none written)"),),
+    ),
+    Value(
+        "managedBy",
+        choice(MANAGED_BY),
+        "Helm",
+        "who applies the objects: Helm (its labels; a created claim is kept on uninstall), or "
+        "kubeddp (`kubeddp render` sets it: plain manifests for kubectl and kubeddp submit)",
+        JOB,
+    ),
+    Value(
+        "kind",
+        choice(KIND_NAMES),
+        KIND_NAMES[0],
+        _kind_doc(),
+        JOB,
+        (Flag(("KIND",), read="kind", help=_kind_doc(cli=True)),),
+    ),
+    Value(
+        "image.repository",
+        text(P.IMAGE_REPOSITORY, minLength=1),
+        names.IMAGE_REPOSITORY,
+        "image repository",
+        POD,
+        (
+            Flag(
+                ("--image",),
+                metavar="REF",
+                help="image reference repo[:port]/name[:tag][@digest] (default: "
+                f"{names.IMAGE_REPOSITORY}:<kubeddp version>)",
+                sets=("image.repository", "image.tag", "image.digest"),
+                convert=image_values,
+            ),
+        ),
+    ),
+    Value(
+        "image.tag",
+        text(P.IMAGE_TAG),
+        "",
+        "image tag; empty = the chart's appVersion (the kubeddp release)",
+        POD,
+    ),
+    Value(
+        "image.digest",
+        text(P.IMAGE_DIGEST),
+        "",
+        "image digest, e.g. sha256:...; set = the image is pulled by digest, not by tag",
+        POD,
+    ),
+    Value(
+        "image.pullPolicy",
+        choice(("IfNotPresent", "Always", "Never")),
+        "IfNotPresent",
+        "IfNotPresent (works with `kind load docker-image`), Always or Never",
+        POD,
+        (Flag(("--image-pull-policy",)),),
+    ),
+    Value(
+        "imagePullSecrets",
+        k8s_list("LocalObjectReference"),
+        [],
+        "Secrets for a private registry, e.g. [{name: regcred}]",
+        POD,
+        (
+            Flag(
+                ("--image-pull-secret",),
+                read="list",
+                metavar="NAME",
+                help="Secret for a private registry (repeatable)",
+                convert=pull_secrets,
+            ),
+        ),
+    ),
+    Value(
+        "nodes",
+        integer(minimum=1, nullable=True),
+        None,
+        "pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. PyTorchJob: one "
+        "Master and nodes-1 Workers (elastic: nodes Workers)",
+        JOB,
+        (Flag(("--nodes",), read="int"),),
+    ),
+    Value(
+        "nprocPerNode",
+        {
+            "oneOf": [
+                {"type": "null"},
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": P.count_or(NPROC_WORDS).regex},
+            ]
+        },
+        None,
+        "worker processes per pod: a count, auto, cpu or gpu; null = gpusPerNode when > 0, else "
+        f"auto (on a CPU node auto starts {trainer.ENV_CPU_NPROC} workers, default 1: set it "
+        "under env)",
+        JOB,
+        (Flag(("--nproc-per-node",)),),
+    ),
+    Value(
+        "gpusPerNode",
+        integer(minimum=0),
+        0,
+        f"GPUs per pod ({names.GPU_RESOURCE}, requested and limited); 0 = a CPU job (gloo)",
+        JOB,
+        (Flag(("--gpus-per-node",), read="int"),),
+    ),
+    Value(
+        "resources",
+        k8s("ResourceRequirements"),
+        {},
+        'CPU and memory of each pod, e.g. {requests: {cpu: "8", memory: 64Gi}}; the GPU count '
+        "is added",
+        JOB,
+        (
+            Flag(("--resources",), read="yaml-map", metavar="YAML|FILE"),
+            resource("requests", "cpu", "--cpu", "CPU request per pod, e.g. 8"),
+            resource("requests", "memory", "--memory", "memory request per pod, e.g. 64Gi"),
+            resource("limits", "cpu", "--cpu-limit", "CPU limit per pod"),
+            resource("limits", "memory", "--memory-limit", "memory limit per pod"),
+        ),
+    ),
+    Value(
+        "shmSize",
+        QUANTITY,
+        "8Gi",
+        "size of the memory-backed /dev/shm (a pod's default 64 MB is too small for NCCL and "
+        "DataLoader workers)",
+        JOB,
+        (Flag(("--shm-size",)),),
+    ),
+    Value(
+        "elastic.enabled",
+        boolean(),
+        False,
+        "an elastic PyTorchJob",
+        JOB,
+        (
+            Flag(
+                ("--elastic",),
+                metavar="MIN:MAX",
+                help="elastic PyTorchJob of MIN..MAX pods (c10d rendezvous)",
+                sets=("elastic.enabled", "elastic.minNodes", "elastic.maxNodes"),
+                convert=elastic_values,
+            ),
+        ),
+    ),
+    Value("elastic.minNodes", integer(minimum=1), 1, "fewest pods the job runs with", JOB),
+    Value("elastic.maxNodes", integer(minimum=1), 4, "most pods", JOB),
+    Value(
+        "elastic.rdzvId",
+        text(P.RDZV_ID, maxLength=63),
+        "",
+        "rendezvous id (PET_RDZV_ID); empty = the job name",
+        JOB,
+        (Flag(("--rdzv-id",)),),
+    ),
+    Value(
+        "elastic.maxRestarts",
+        integer(minimum=0),
+        3,
+        "restarts of the worker group before the job fails (PET_MAX_RESTARTS)",
+        JOB,
+        (Flag(("--max-restarts",), read="int"),),
+    ),
+    Value(
+        "restartPolicy",
+        choice(RESTART_POLICIES, nullable=True),
+        None,
+        f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
+        f"{names.FIRST_RETRYABLE_EXIT_CODE} ({trainer.PREEMPTED_EXIT_CODE} = preempted after "
+        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. "
+        + "; ".join(
+            f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"
+            for kind in KINDS.values()
+            if kind.restart_policies
+        ),
+        JOB,
+        (Flag(("--restart-policy",)),),
+    ),
+    Value(
+        "backoffLimit",
+        integer(minimum=0, nullable=True),
+        None,
+        f"retries before the job is marked failed; null = {DEFAULT_BACKOFF_LIMIT}",
+        JOB,
+        (Flag(("--backoff-limit",), read="int"),),
+    ),
+    Value(
+        "ttlSecondsAfterFinished",
+        integer(minimum=0, nullable=True),
+        None,
+        "delete the finished job after this many seconds; null = keep it",
+        JOB,
+        (Flag(("--ttl-seconds-after-finished",), read="int"),),
+    ),
+    Value(
+        "cleanPodPolicy",
+        choice(CLEAN_POD_POLICIES, nullable=True),
+        None,
+        f"PyTorchJob: pods deleted when the job ends: {', '.join(CLEAN_POD_POLICIES)}; null = "
+        f"{DEFAULT_CLEAN_POD_POLICY} (stops agents left waiting in torchrun's exit barrier)",
+        JOB,
+        (Flag(("--clean-pod-policy",)),),
+    ),
+    Value(
+        "terminationGracePeriodSeconds",
+        integer(minimum=0),
+        names.TERMINATION_GRACE_PERIOD_SECONDS,
+        "seconds between SIGTERM and SIGKILL; workers save a checkpoint within "
+        f"{trainer.PREEMPT_GRACE_SECONDS} s of SIGTERM",
+        JOB,
+        (Flag(("--termination-grace-period-seconds",), read="int"),),
+    ),
+    Value(
+        "trainJob.runtimeName",
+        text(P.DNS1123_SUBDOMAIN, maxLength=253),
+        DEFAULT_RUNTIME,
+        "the training runtime's name",
+        JOB,
+        (Flag(("--runtime-name",)),),
+    ),
+    Value(
+        "trainJob.runtimeKind",
+        choice(RUNTIME_KINDS),
+        RUNTIME_KINDS[0],
+        " or ".join(RUNTIME_KINDS) + " (namespaced)",
+        JOB,
+        (Flag(("--runtime-kind",)),),
+    ),
+    Value(
+        "env",
+        string_map(P.ENV_NAME),
+        {},
+        'environment of the training container, NAME: "value" (strings: quote numbers, or use '
+        "--set-string with helm). IndexedJob: after kubeddp's own KUBEDDP_* entries (a same-named "
+        "entry replaces one)",
+        POD,
+        (pairs("--env"),),
+    ),
+    Value(
+        "extraEnv",
+        k8s_list("EnvVar"),
+        [],
+        "more env entries as Kubernetes EnvVar objects (valueFrom a Secret...)",
+        POD,
+        (Flag(("--extra-env",), read="yaml-list", metavar="YAML|FILE"),),
+    ),
+    Value(
+        "podAnnotations",
+        string_map(P.QUALIFIED_NAME),
+        {},
+        "extra annotations of the training pods",
+        POD,
+        (pairs("--pod-annotation"),),
+    ),
+    Value(
+        "podLabels",
+        label_map(),
+        {},
+        "extra labels of the training pods",
+        POD,
+        (pairs("--pod-label"),),
+    ),
+    Value(
+        "nodeSelector",
+        string_map(),
+        {},
+        "node selector of the pods",
+        SCHEDULING,
+        (pairs("--node-selector"),),
+    ),
+    Value(
+        "tolerations",
+        k8s_list("Toleration"),
+        [],
+        "tolerations of the pods",
+        SCHEDULING,
+        (Flag(("--tolerations",), read="yaml-list", metavar="YAML|FILE"),),
+    ),
+    Value(
+        "affinity",
+        k8s("Affinity"),
+        {},
+        "affinity of the pods",
+        SCHEDULING,
+        (Flag(("--affinity",), read="yaml-map", metavar="YAML|FILE"),),
+    ),
+    Value(
+        "priorityClassName",
+        text(P.optional(P.DNS1123_SUBDOMAIN)),
+        "",
+        "PriorityClass of the pods (PyTorchJob, IndexedJob; set it in the runtime for a TrainJob)",
+        SCHEDULING,
+        (Flag(("--priority-class",)),),
+    ),
+    Value(
+        "istio.optOut",
+        boolean(),
+        True,
+        f'annotate pods {names.ISTIO_INJECT_ANNOTATION}: "false"',
+        SCHEDULING,
+        (switch("--istio-opt-out"),),
+    ),
+    Value(
+        "kueue.queueName",
+        text(P.optional(P.DNS1123_LABEL), maxLength=63),
+        "",
+        f"admit the job through this Kueue LocalQueue (label {names.KUEUE_QUEUE_LABEL})",
+        SCHEDULING,
+        (Flag(("--queue",)),),
+    ),
+    Value(
+        "gang.scheduler",
+        choice(("", *GANG_SCHEDULERS)),
+        "",
+        '"" (off), ' + " or ".join(GANG_SCHEDULERS) + " (pods get its schedulerName)",
+        SCHEDULING,
+        (Flag(("--gang",)),),
+    ),
+    Value(
+        "gang.queue",
+        text(P.optional(P.DNS1123_LABEL)),
+        "",
+        "Volcano queue of the PodGroup; empty = the scheduler's default",
+        SCHEDULING,
+        (Flag(("--gang-queue",)),),
+    ),
+    Value(
+        "podSecurityContext",
+        k8s("PodSecurityContext"),
+        names.POD_SECURITY_CONTEXT,
+        f"the pods' security context: the restricted Pod Security Standard, uid/gid "
+        f"{names.IMAGE_UID} (the image's user)",
+        POD,
+        (Flag(("--pod-security-context",), read="yaml-map", metavar="YAML|FILE"),),
+    ),
+    Value(
+        "securityContext",
+        k8s("SecurityContext"),
+        names.CONTAINER_SECURITY_CONTEXT,
+        "the training container's security context: restricted, read-only root filesystem "
+        "(/tmp, /dev/shm and /checkpoints are volumes)",
+        POD,
+        (Flag(("--security-context",), read="yaml-map", metavar="YAML|FILE"),),
+    ),
+    Value(
+        "serviceAccount.create",
+        boolean(),
+        False,
+        "create a ServiceAccount for the pods",
+        POD,
+        (switch("--create-service-account"),),
+    ),
+    Value(
+        "serviceAccount.name",
+        OPTIONAL_SUBDOMAIN,
+        "",
+        "the account to create or use; empty = the full name when created, else none (the "
+        "namespace default, token not mounted). A named account's token is mounted",
+        POD,
+        (Flag(("--service-account",)),),
+    ),
+    Value(
+        "serviceAccount.annotations",
+        string_map(P.QUALIFIED_NAME),
+        {},
+        "annotations of the created account (e.g. cloud workload identity)",
+        POD,
+        (pairs("--service-account-annotation"),),
+    ),
+    Value(
+        "config",
+        config_json_schema(),
+        {},
+        "the trainer config file (sections workload, train, ddp, checkpoint, metrics; see "
+        f"docs/config-reference.md), shipped in a ConfigMap at {trainer.CONFIG_FILE}. "
+        f"checkpoint.dir defaults to {trainer.CHECKPOINT_DIR}. Example: {{train: {{epochs: 3}}}}",
+        TRAINER,
+        (
+            Flag(
+                ("--config",),
+                read="config-file",
+                metavar="FILE",
+                help="trainer config YAML (shipped as ConfigMap)",
+            ),
+            Flag(
+                ("--set",),
+                read="config-set",
+                metavar="SECTION.KEY=VALUE",
+                help="trainer config setting, on top of --config (repeatable)",
+            ),
+        ),
+    ),
+    Value(
+        "checkpoints.existingClaim",
+        OPTIONAL_SUBDOMAIN,
+        "",
+        "mount this existing PersistentVolumeClaim",
+        TRAINER,
+        (Flag(("--checkpoint-pvc",), metavar="CLAIM"),),
+    ),
+    Value(
+        "checkpoints.size",
+        text(P.optional(P.QUANTITY)),
+        "",
+        "create a claim of this size, e.g. 50Gi; empty = none",
+        TRAINER,
+        (Flag(("--checkpoint-size",), metavar="SIZE"),),
+    ),
+    Value(
+        "checkpoints.storageClassName",
+        text(P.optional(P.DNS1123_SUBDOMAIN)),
+        "",
+        "StorageClass of the new claim; empty = the cluster's default",
+        TRAINER,
+        (Flag(("--storage-class",)),),
+    ),
+    Value(
+        "checkpoints.accessMode",
+        choice(("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")),
+        "ReadWriteMany",
+        "access mode of the new claim: ReadWriteMany lets pods on several nodes mount it (rank 0 "
+        "writes, all read on resume)",
+        TRAINER,
+        (Flag(("--checkpoint-access-mode",)),),
+    ),
+    Value(
+        "monitoring.podMonitor.enabled",
+        boolean(),
+        False,
+        f"create a PodMonitor scraping {names.METRICS_PATH} on port {names.METRICS_PORT_NAME} "
+        f"({trainer.METRICS_PORT}) of every pod of the job",
+        MONITORING,
+        (switch("--podmonitor"),),
+    ),
+    Value(
+        "monitoring.podMonitor.labels",
+        label_map(),
+        {},
+        "extra labels, e.g. {release: kube-prometheus-stack} to match podMonitorSelector",
+        MONITORING,
+        (pairs("--podmonitor-label"),),
+    ),
+    Value(
+        "monitoring.podMonitor.interval",
+        text(P.DURATION),
+        "",
+        "scrape interval, e.g. 15s; empty = Prometheus' default",
+        MONITORING,
+        (Flag(("--podmonitor-interval",)),),
+    ),
+    Value(
+        "monitoring.dashboard.enabled",
+        boolean(),
+        False,
+        "ship the Grafana dashboard (dashboards/*.json) in a ConfigMap labelled "
+        'grafana_dashboard: "1" for the Grafana sidecar',
+        MONITORING,
+        (switch("--dashboard"),),
+    ),
+    Value(
+        "monitoring.dashboard.labels",
+        label_map(),
+        {},
+        "extra labels of the dashboard ConfigMap",
+        MONITORING,
+        (pairs("--dashboard-label"),),
+    ),
+)
+
+BY_PATH = {value.path: value for value in VALUES}
+FLAGS: tuple[tuple[Flag, Value], ...] = tuple((f, v) for v in VALUES for f in v.flags)
+# Values Helm or render itself owns: no flag sets them.
+NOT_FLAGS = {
+    "nameOverride": "Helm's naming; render names the job with --name",
+    "managedBy": "render always writes kubeddp",
+}
+
+
+def flag_sets(flag: Flag, value: Value) -> tuple[str, ...]:
+    return flag.sets or (value.path,)
+
+
+def _static_options() -> dict[str, str]:
+    options: dict[str, str] = {}
+    for flag, value in FLAGS:
+        for target in flag_sets(flag, value):
+            options.setdefault(target, flag.name)
+    return options
+
+
+def option_for(path: str, provenance: dict[str, str] | None = None) -> str:
+    """The render option that sets a value path, e.g. --cpu for resources.requests.cpu:
+    what this run used (`provenance`: path -> option) first, then the option made for it."""
+    parts = path.split(".")
+    for candidates in (provenance or {}, _static_options()):
+        for end in range(len(parts), 0, -1):
+            prefix = ".".join(parts[:end])
+            if prefix in candidates:
+                return candidates[prefix]
+            inside = [
+                option for target, option in candidates.items() if target.startswith(prefix + ".")
+            ]
+            if inside:  # a value of which one option sets a part (elastic -> --elastic)
+                return inside[0]
+    return path

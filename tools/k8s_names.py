@@ -1,0 +1,73 @@
+"""Kubernetes names and pod facts of kubeddp's objects: labels, port names, the image, security.
+
+The Helm chart reads these through its generated templates/_constants.tpl (`make chart`), the
+kinds (tools/kinds/) and the validators import them. Names that belong to one kind (its
+container, the labels its operator sets) live in that kind's module. Facts the trainer needs
+too (ports, KUBEDDP_* env names, paths in the image, exit codes) stay in
+kubeddp.trainer.constants.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from kubeddp.trainer import constants as trainer
+
+APP_NAME = "kubeddp"
+
+# The recommended labels; the job's pods carry name, instance, managed-by and component=trainer.
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+TRAINER_COMPONENT = "trainer"
+METRICS_COMPONENT = "metrics"  # PodMonitors
+
+# Istio: a sidecar breaks the rendezvous; this annotation opts the pod out.
+ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
+# Kueue admits a job that carries this label through the named LocalQueue.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Ports and paths of the training container
+METRICS_PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+CONFIG_DIR = posixpath.dirname(trainer.CONFIG_FILE)
+CONFIG_KEY = posixpath.basename(trainer.CONFIG_FILE)  # the ConfigMap key mounted as that file
+SHM_DIR = "/dev/shm"
+
+# The image. The entrypoint is written out where a runtime may replace it (TrainJob runtimes
+# set their own `command`).
+IMAGE_REPOSITORY = "ghcr.io/kubeddp/kubeddp"
+IMAGE_ENTRYPOINT = ("tini", "--", "kubeddp", "launch")
+IMAGE_UID = 1000
+# The CPU image as built locally and loaded into kind (`kind load docker-image`); CI and
+# k8s/pytorchjob-cpu-gloo.yaml use this exact reference with imagePullPolicy IfNotPresent.
+IMAGE_CPU_LOCAL = "kubeddp:cpu"
+
+# Pod security: the restricted Pod Security Standard; the root filesystem is read-only (/tmp,
+# /dev/shm and /checkpoints are volumes).
+POD_SECURITY_CONTEXT: dict = {
+    "runAsNonRoot": True,
+    "runAsUser": IMAGE_UID,
+    "runAsGroup": IMAGE_UID,
+    "fsGroup": IMAGE_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": IMAGE_UID,
+    "runAsGroup": IMAGE_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "readOnlyRootFilesystem": True,
+}
+
+# Workers save within PREEMPT_GRACE_SECONDS of SIGTERM; the pod gets more than that.
+TERMINATION_GRACE_PERIOD_SECONDS = 2 * trainer.PREEMPT_GRACE_SECONDS
+# Exit codes below this are the program's own failures (retrying cannot help); from it on they
+# are signals (143 = preempted after a checkpoint) and retried, like PyTorchJob's ExitCode.
+FIRST_RETRYABLE_EXIT_CODE = 128
+# A batch/v1 Job's pods carry their completion index (Indexed Jobs, and JobSet's Jobs).
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"

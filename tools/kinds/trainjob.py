@@ -1,0 +1,124 @@
+"""TrainJob (Kubeflow Trainer v2.3) on a torch-distributed training runtime.
+
+The admission rules follow the Trainer v2.3 TrainJob webhook. The chart can change only what
+`runtimePatches` can patch (no priority class, restart or backoff settings, container ports).
+"""
+
+from __future__ import annotations
+
+from kubeddp.tools import schema_checks
+from kubeddp.tools.k8s_names import JOB_COMPLETION_INDEX_LABEL
+from kubeddp.tools.kinds import Issue, JobKind, container_names, mapping, name_issues
+from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
+from kubeddp.tools.resources import Resource
+from kubeddp.trainer import constants as trainer
+
+TRAINER_VERSION = "v2.3.0"
+INSTALL = (
+    f"install Kubeflow Trainer {TRAINER_VERSION}: kubectl apply --server-side -k "
+    f'"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref={TRAINER_VERSION}" && '
+    "kubectl apply --server-side -k "
+    f'"github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref={TRAINER_VERSION}"'
+)
+RESOURCE = Resource("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs")
+CONTAINER = "node"
+REPLICATED_JOB = "node"  # the replicatedJob of the torch-distributed runtime
+JOB_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RUNTIME_PATCH_MANAGER = "kubeddp.io/render"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+DEFAULT_RUNTIME = "torch-distributed"
+RESERVED_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+)
+NO_RUNTIME_PATCH = (
+    "Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, "
+    "or use kind PyTorchJob"
+)
+
+
+def _patch_container_issues(spec: dict) -> list[Issue]:
+    issues: list[Issue] = []
+    for p_index, patch in enumerate(spec.get("runtimePatches") or []):
+        runtime = mapping(mapping(patch).get("trainingRuntimeSpec"))
+        jobs = mapping(mapping(runtime.get("template")).get("spec")).get("replicatedJobs") or []
+        for j_index, job in enumerate(jobs):
+            job = mapping(job)
+            if job.get("name") != REPLICATED_JOB:
+                continue
+            pod = mapping(mapping(job.get("template")).get("spec")).get("template")
+            for c_index, name in enumerate(container_names(pod)):
+                if name != CONTAINER:
+                    issues.append(
+                        (
+                            f"spec.runtimePatches[{p_index}].trainingRuntimeSpec.template"
+                            f".spec.replicatedJobs[{j_index}].template.spec.template.spec"
+                            f".containers[{c_index}].name",
+                            f"{name!r}: the trainer container is named {CONTAINER!r}",
+                        )
+                    )
+    return issues
+
+
+def admission_issues(doc: dict) -> list[Issue]:
+    issues = name_issues(doc)
+    spec = mapping(doc.get("spec"))
+    trainer_spec = mapping(spec.get("trainer"))
+    for index, var in enumerate(trainer_spec.get("env") or []):
+        name = mapping(var).get("name")
+        if name in RESERVED_ENV:
+            issues.append(
+                (
+                    f"spec.trainer.env[{index}].name",
+                    f"{name} is set by the torch "
+                    "runtime; remove it (use trainer.numNodes / numProcPerNode)",
+                )
+            )
+    for key in ("numNodes", "numProcPerNode"):
+        value = trainer_spec.get(key)
+        if isinstance(value, int) and value < 1:
+            issues.append((f"spec.trainer.{key}", f"{value} must be >= 1"))
+    return issues + _patch_container_issues(spec)
+
+
+def replica_lines(status: dict) -> list[str]:
+    return [
+        f"  {job.get('name')}: "
+        + ", ".join(f"{k}={job.get(k, 0)}" for k in ("active", "ready", "succeeded", "failed"))
+        for job in status.get("jobsStatus") or []
+    ]
+
+
+KIND = JobKind(
+    name="trainjob",
+    chart_kind="TrainJob",
+    position=1,
+    help="Kubeflow Trainer v2.3, on the training runtime below",
+    resource=RESOURCE,
+    container=CONTAINER,
+    job_name_label=JOB_NAME_LABEL,
+    index_labels=(JOB_COMPLETION_INDEX_LABEL,),
+    rendezvous_port=trainer.TRAINJOB_PORT,
+    success_conditions=("Complete",),
+    replica_lines=replica_lines,
+    replica_selector=lambda replica: f"{JOB_COMPLETION_INDEX_LABEL}={replica}",
+    admission_issues=admission_issues,
+    schema_issues=schema_checks.trainjob_sdk_issues,
+    install_hint=INSTALL,
+    nproc_words=("auto",),  # numProcPerNode is an integer; unset = the runtime decides
+    unsupported={
+        **ONLY_FOR_PYTORCHJOB,
+        "restartPolicy": NO_RUNTIME_PATCH,
+        "backoffLimit": NO_RUNTIME_PATCH,
+        "ttlSecondsAfterFinished": NO_RUNTIME_PATCH,
+        "priorityClassName": NO_RUNTIME_PATCH,
+    },
+    chart_facts={
+        "replicatedJob": REPLICATED_JOB,
+        "runtimePatchManager": RUNTIME_PATCH_MANAGER,
+        "runtimeApiGroup": RESOURCE.group,
+    },
+)

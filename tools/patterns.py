@@ -1,0 +1,76 @@
+"""The string formats kubeddp checks (names, quantities, env names), each with what it means.
+
+The chart's values.schema.json takes its `pattern`s from here, and `kubeddp render` explains a
+value that does not match with the description (instead of printing the regex).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pattern:
+    regex: str
+    means: str  # completes "VALUE is not ..."
+
+    def __post_init__(self) -> None:
+        _MEANINGS.setdefault(self.regex, self.means)
+
+    def match(self, text: str) -> bool:
+        return re.fullmatch(self.regex, text) is not None
+
+
+_MEANINGS: dict[str, str] = {}  # every Pattern made, by regex
+
+
+def meaning(regex: str) -> str | None:
+    """What a pattern used in the chart's schema stands for, in words."""
+    return _MEANINGS.get(regex)
+
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1035 = Pattern(
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    "a DNS-1035 label (lower-case letters, digits and '-', starting with a letter)",
+)
+DNS1123_LABEL = Pattern(f"^{_LABEL}$", "a DNS-1123 label (lower-case letters, digits and '-')")
+DNS1123_SUBDOMAIN = Pattern(
+    rf"^{_LABEL}(\.{_LABEL})*$",
+    "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')",
+)
+QUANTITY = Pattern(
+    r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$",
+    "a Kubernetes quantity (e.g. 500m, 4, 16Gi)",
+)
+ENV_NAME = Pattern(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", "a variable name (e.g. MY_VAR)")
+QUALIFIED_NAME = Pattern(
+    rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "a label or annotation key (an optional DNS prefix and '/', then letters, digits, '-_.')",
+)
+LABEL_VALUE = Pattern(
+    r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    "a label value (letters, digits and '-_.', at most 63 characters)",
+)
+IMAGE_REPOSITORY = Pattern(
+    r"^[^\s:@]+(:[0-9]+)?(/[^\s:@]+)*$",
+    "an image repository (e.g. ghcr.io/org/name, without tag or digest)",
+)
+IMAGE_TAG = Pattern(r"^([\w][\w.-]{0,127})?$", "an image tag (letters, digits, '_.-')")
+IMAGE_DIGEST = Pattern(
+    r"^([a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,})?$",
+    "an image digest (e.g. sha256:<64 hex digits>)",
+)
+RDZV_ID = Pattern(r"^[-._a-zA-Z0-9]*$", "a rendezvous id (letters, digits and '-._')")
+DURATION = Pattern(r"^(([0-9]+(ms|s|m|h))+)?$", "a Prometheus duration (e.g. 15s, 1m)")
+
+
+def count_or(words: tuple[str, ...]) -> Pattern:
+    """A positive count, or one of these words."""
+    return Pattern(f"^({'|'.join(words)}|[1-9][0-9]*)$", f"a count or one of {', '.join(words)}")
+
+
+def optional(pattern: Pattern) -> Pattern:
+    """The same format, or the empty string ("not set")."""
+    return Pattern(f"^({pattern.regex[1:-1]})?$", f"{pattern.means}, or empty")
