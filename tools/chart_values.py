@@ -33,6 +33,7 @@ from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
 from kubeddp.tools.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
 from kubeddp.tools.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
 from kubeddp.trainer import constants as trainer
+from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import config_json_schema
 
 # What a null value means (null also means "not asked for": a TrainJob refuses these).
@@ -277,7 +278,7 @@ VALUES: tuple[Value, ...] = (
         choice(RESTART_POLICIES, nullable=True),
         None,
         f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
-        f"{names.FIRST_RETRYABLE_EXIT_CODE} ({trainer.PREEMPTED_EXIT_CODE} = preempted after "
+        f"{names.FIRST_RETRYABLE_EXIT_CODE} ({exit_codes.PREEMPTED} = preempted after "
         f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. "
         + "; ".join(
             f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 
 from kubeddp.trainer import constants as trainer
+from kubeddp.trainer import exit_codes
 
 APP_NAME = "kubeddp"
 
@@ -67,7 +68,7 @@ CONTAINER_SECURITY_CONTEXT: dict = {
 # Workers save within PREEMPT_GRACE_SECONDS of SIGTERM; the pod gets more than that.
 TERMINATION_GRACE_PERIOD_SECONDS = 2 * trainer.PREEMPT_GRACE_SECONDS
 # Exit codes below this are the program's own failures (retrying cannot help); from it on they
-# are signals (143 = preempted after a checkpoint) and retried, like PyTorchJob's ExitCode.
-FIRST_RETRYABLE_EXIT_CODE = 128
+# are retried, like PyTorchJob's ExitCode (trainer/exit_codes.py).
+FIRST_RETRYABLE_EXIT_CODE = exit_codes.RETRYABLE_FROM
 # A batch/v1 Job's pods carry their completion index (Indexed Jobs, and JobSet's Jobs).
 JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"

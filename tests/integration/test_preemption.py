@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import exit_codes
 from tests.helpers import checkpoints as ck
 from tests.helpers import procs, workloads
 
@@ -34,7 +34,7 @@ def test_sigterm_saves_exits_143_and_the_resumed_run_completes(work: Path) -> No
         procs.wait_until(first.exists, 120, "the checkpoint of step 10", run)
         run.send_signal(signal.SIGTERM)
         code = run.wait(90)
-    assert code == constants.PREEMPTED_EXIT_CODE, run.tail()
+    assert code == exit_codes.PREEMPTED, run.tail()
     saved = run.wait_for_output(r"SIGTERM: saving a checkpoint at step (\d+)", 1)
     stop_step = int(saved.group(1))
     assert 10 <= stop_step < ck.STEPS_2_RANKS
@@ -72,7 +72,7 @@ def test_grace_budget_is_enforced_when_the_save_cannot_happen_in_time(work: Path
         code = run.wait(60)
     log = run.output()
     assert "no checkpoint within checkpoint.preempt_grace_seconds=0.5" in log, run.tail()
-    assert f"exitcode: {constants.PREEMPTED_EXIT_CODE}" in log, run.tail()
-    assert code == constants.PREEMPTED_EXIT_CODE, run.tail()
+    assert f"exitcode: {exit_codes.PREEMPTED}" in log, run.tail()
+    assert code == exit_codes.PREEMPTED, run.tail()
     assert "SIGTERM: saving" not in log
     assert ck.newest_state(ckpt_dir)["step"] == 1, "the previous checkpoint is kept"

@@ -22,7 +22,7 @@ from kubeddp.tools import k8s_names as N
 from kubeddp.tools.chart_values import VALUES
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
 from kubeddp.tools.patterns import DNS1035
-from kubeddp.trainer import __version__
+from kubeddp.trainer import __version__, exit_codes
 from kubeddp.trainer import constants as C
 from kubeddp.trainer.config import ConfigError, config_fields, config_from_dict
 
@@ -146,7 +146,7 @@ def test_chart_constants_are_the_python_names() -> None:
     assert constants["configFile"] == C.CONFIG_FILE == f"{N.CONFIG_DIR}/{N.CONFIG_KEY}"
     assert constants["checkpointDir"] == C.CHECKPOINT_DIR
     assert constants["entrypoint"] == ["tini", "--", "kubeddp", "launch"]
-    assert constants["firstRetryableExitCode"] < C.PREEMPTED_EXIT_CODE
+    assert constants["firstRetryableExitCode"] < exit_codes.PREEMPTED
     assert set(kinds) == {kind.chart_kind for kind in KINDS.values()}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kubeddp.tools import k8s_names
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import Config, ConfigError, load_config_options
 from kubeddp.trainer.launcher.agent import (
@@ -49,7 +50,7 @@ def test_torchrun_shutdown_timeout_covers_the_grace(monkeypatch: pytest.MonkeyPa
     cfg = _launch_config("--", "--set", "checkpoint.preempt_grace_seconds=90.2")
     env = shutdown_timeout_env(cfg.checkpoint.preempt_grace_seconds)
     assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(91 + SHUTDOWN_MARGIN_SECONDS)}
-    assert 91 + SHUTDOWN_MARGIN_SECONDS < constants.TERMINATION_GRACE_PERIOD_SECONDS
+    assert 91 + SHUTDOWN_MARGIN_SECONDS < k8s_names.TERMINATION_GRACE_PERIOD_SECONDS
 
 
 def test_an_explicit_torchrun_shutdown_timeout_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,4 +79,4 @@ def test_the_installed_torchrun_parser_takes_the_plan_as_is(
 
 def test_default_grace_fits_the_default_pod_termination_grace() -> None:
     timeout = constants.PREEMPT_GRACE_SECONDS + SHUTDOWN_MARGIN_SECONDS
-    assert timeout < constants.TERMINATION_GRACE_PERIOD_SECONDS
+    assert timeout < k8s_names.TERMINATION_GRACE_PERIOD_SECONDS

@@ -15,6 +15,7 @@ from kubeddp.tools.cli import main
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from kubeddp.trainer import constants as C
+from kubeddp.trainer import exit_codes
 
 FEATURES = {
     "plain": [],
@@ -221,7 +222,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
     codes = job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"]
-    assert C.PREEMPTED_EXIT_CODE not in codes and 1 in codes
+    assert exit_codes.PREEMPTED not in codes and 1 in codes
     assert codes == list(range(1, 128))  # the program's own failures; signals are retried
     assert job["spec"]["podFailurePolicy"]["rules"][0] == {
         "action": "Ignore",

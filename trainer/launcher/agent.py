@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def exit_code_of_failure(exc: BaseException) -> int:
     worker's own code."""
     failures = getattr(exc, "failures", {}) or {}
     codes = [getattr(f, "exitcode", 1) for f in failures.values()]
-    if constants.PREEMPTED_EXIT_CODE in codes:
-        return constants.PREEMPTED_EXIT_CODE
+    if exit_codes.PREEMPTED in codes:
+        return exit_codes.PREEMPTED
     positive = [c for c in codes if c and c > 0]
     return positive[0] if positive else 1
 

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
@@ -83,7 +83,7 @@ def run(cfg: Config) -> int:
     finally:
         trainer.close()
         del trainer
-    if code == constants.PREEMPTED_EXIT_CODE:
+    if code == exit_codes.PREEMPTED:
         # Peers may already be gone; skip the teardown barrier and exit at once.
         os._exit(code)
     teardown(barrier=code == 0)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import exit_codes
 
 STOP_NONE, STOP_PREEMPT, STOP_SAVE_FAILED = 0, 1, 2
 
@@ -26,7 +26,7 @@ class Preempted(SystemExit):
     """Raised after the preemption checkpoint is saved; exit code is retryable (>= 128)."""
 
     def __init__(self) -> None:
-        super().__init__(constants.PREEMPTED_EXIT_CODE)
+        super().__init__(exit_codes.PREEMPTED)
 
 
 def start_grace_timer(seconds: float) -> None:
@@ -41,7 +41,7 @@ def start_grace_timer(seconds: float) -> None:
             file=sys.stderr,
             flush=True,
         )
-        os._exit(constants.PREEMPTED_EXIT_CODE)
+        os._exit(exit_codes.PREEMPTED)
 
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
