@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
+from kubeddp.trainer.worker.failures import one_line
 
 if TYPE_CHECKING:
     from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
@@ -69,15 +70,33 @@ def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
     }
 
 
+def worker_exit_code(exitcode: int) -> int:
+    """A worker's exit code as the pod would show it: torch reports a death by signal N as -N;
+    a shell or container runtime shows it as 128 + N."""
+    return 128 - exitcode if exitcode < 0 else exitcode
+
+
 def exit_code_of_failure(exc: BaseException) -> int:
-    """One exit code for a failed worker group: preempted wins (retryable), then the first
-    worker's own code."""
+    """One exit code for the pod from its failed workers (torch's ChildFailedError).
+
+    The operators decide from this code alone, so the cause must win over its consequences:
+    - a worker killed by a signal (OOM, the node) or ending with a retryable code other than
+      PEER_FAILED (preempted, killed) names an outside cause: that code (>= 128, retried);
+    - a worker's own fatal code (1-127) wins over PEER_FAILED: in one pod, a worker that failed
+      on its own makes its local peers' collectives fail too, and retrying would fail the same
+      way (ExitCode recreations never count against backoffLimit, so a retry loop would not end);
+    - else PEER_FAILED: another pod failed.
+    Among codes of one class the earliest failure wins, then the lowest rank.
+    """
     failures = getattr(exc, "failures", {}) or {}
-    codes = [getattr(f, "exitcode", 1) for f in failures.values()]
-    if exit_codes.PREEMPTED in codes:
-        return exit_codes.PREEMPTED
-    positive = [c for c in codes if c and c > 0]
-    return positive[0] if positive else 1
+    ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
+    codes = [worker_exit_code(int(getattr(f, "exitcode", 1))) for _, f in ordered]
+    codes = [code for code in codes if code != exit_codes.OK] or [exit_codes.TRAINING_FAILED]
+    outside = [c for c in codes if c >= exit_codes.RETRYABLE_FROM and c != exit_codes.PEER_FAILED]
+    fatal = [c for c in codes if c < exit_codes.RETRYABLE_FROM]
+    if outside:
+        return exit_codes.PREEMPTED if exit_codes.PREEMPTED in outside else outside[0]
+    return fatal[0] if fatal else exit_codes.PEER_FAILED
 
 
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
@@ -86,8 +105,10 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
     `worker_env` is added to this process's environment, which the agent passes on to every
     worker it starts.
     """
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import run
 
     os.environ.update(worker_env)
@@ -104,12 +125,19 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
         run(torchrun_args(plan))
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
-        print(
-            f"[kubeddp] training failed (worker exit code {code}); see the worker output above",
-            file=sys.stderr,
-            flush=True,
-        )
+        _log(f"[kubeddp] training failed (worker exit code {exit_codes.describe(code)}); see the "
+             "worker output above")  # fmt: skip
         return code
     except SignalException as exc:
         return 128 + int(exc.sigval)
+    except (RendezvousError, DistError, ConnectionError, TimeoutError) as exc:
+        # The agent's own store or rendezvous went away (the c10d host pod died, the network
+        # dropped): nothing this pod did wrong.
+        code = exit_codes.PEER_FAILED
+        _log(f"[kubeddp] rendezvous lost: {one_line(exc)}; exit code {exit_codes.describe(code)}")
+        return code
     return 0
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.config import (
     ConfigError,
     add_config_options,
@@ -124,7 +124,7 @@ def launch_main(argv: list[str]) -> int:
         )
     except (ConfigError, RendezvousError) as exc:
         _log(f"kubeddp launch: error: {exc}")
-        return 2
+        return exit_codes.BAD_INPUT
     if args.dry_run:
         print(plan.to_json())
         return 0
@@ -138,7 +138,7 @@ def launch_main(argv: list[str]) -> int:
             )
     except (ConfigError, RendezvousError) as exc:
         _log(f"kubeddp launch: error: {exc}")
-        return 2
+        return exit_codes.BAD_INPUT
     _log(
         f"[kubeddp] rendezvous: {plan.source}, nodes {plan.nnodes}, {plan.nproc_per_node} "
         f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
@@ -150,14 +150,15 @@ def launch_main(argv: list[str]) -> int:
     try:
         wait_for_rendezvous_host(plan, deadline, _log)
     except RendezvousHostUnreachable as exc:
-        _log(f"kubeddp launch: error: {exc}")
-        return 3
+        code = exit_codes.RDZV_UNREACHABLE
+        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+        return code
     try:
         metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
-        return 2
-    code = 1
+        return exit_codes.BAD_INPUT
+    code = exit_codes.TRAINING_FAILED
     try:
         code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
     finally:

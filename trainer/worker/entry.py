@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import (
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = resolved_config(os.environ) or load_config_options(args, os.environ)
     except ConfigError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.BAD_INPUT
     return run(cfg)
 
 
@@ -62,7 +64,9 @@ def run(cfg: Config) -> int:
         ctx = init_distributed(cfg.ddp)
     except DistributedSetupError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.BAD_INPUT
+    except Exception as exc:  # the store or a peer is gone before the group formed
+        return _failed(exc, rank)
     if ctx.is_main:
         print("[kubeddp] effective config:\n" + cfg.to_yaml(), flush=True)
         _write_config_copy(cfg)
@@ -72,21 +76,52 @@ def run(cfg: Config) -> int:
     except ValueError as exc:  # ConfigError/WorkloadError: a corpus or factory that is wrong
         print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
         teardown(barrier=False)
-        return 2
+        return exit_codes.BAD_INPUT
+    except Exception as exc:  # DDP's first broadcast failed: a peer is gone
+        return _failed(exc, rank)
     try:
         code = trainer.fit()
     except Preempted as exc:
         code = int(exc.code)
     except (CheckpointError, ValueError) as exc:
         print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
-        code = 2
+        code = exit_codes.BAD_INPUT
+    except Exception as exc:  # a collective failed (peer, network, timeout) or the program's bug
+        code = _report(exc, rank)
     finally:
         trainer.close()
         del trainer
-    if code == exit_codes.PREEMPTED:
-        # Peers may already be gone; skip the teardown barrier and exit at once.
+    if code >= exit_codes.RETRYABLE_FROM:
+        # Peers may already be gone (preempted, failed): a teardown could wait on them; exit now.
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     teardown(barrier=code == 0)
     if rank == 0 and code == 0:
         print("[kubeddp] finished", flush=True)
     return code
+
+
+def _report(exc: BaseException, rank: int) -> int:
+    """Print why this rank failed and return its exit code: the program's own error with its
+    traceback (fatal), a peer's failure as one line (retryable)."""
+    from kubeddp.trainer.worker import failures
+
+    code = failures.exit_code_for(exc)
+    if code < exit_codes.RETRYABLE_FROM:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(
+        f"kubeddp: error (rank {rank}): {failures.one_line(exc)}; exit code "
+        f"{exit_codes.describe(code)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return code
+
+
+def _failed(exc: BaseException, rank: int) -> NoReturn:
+    """Before training started: report, and leave without the teardown (its barrier needs the
+    peers that may be gone)."""
+    code = _report(exc, rank)
+    sys.stdout.flush()
+    os._exit(code)

@@ -1,0 +1,63 @@
+"""The exit code of a pod whose workers failed: the cause wins over its consequences.
+
+torch's own ChildFailedError/ProcessFailure objects, as the elastic agent raises them.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from kubeddp.trainer import exit_codes
+from kubeddp.trainer.launcher.agent import exit_code_of_failure
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def failed(tmp_path: Path, *exitcodes: int) -> ChildFailedError:
+    """Workers 0..n-1 failed with these codes (torch: -N for a death by signal N), in order."""
+    failures = {}
+    for rank, code in enumerate(exitcodes):
+        failure = ProcessFailure(rank, 1000 + rank, code, str(tmp_path / f"missing-{rank}.json"))
+        failure.timestamp = 100 + rank  # one second apart: rank order is time order
+        failures[rank] = failure
+    return ChildFailedError("kubeddp.trainer.worker", failures)
+
+
+SIGKILLED = -int(signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected", "why"),
+    [
+        ((exit_codes.PEER_FAILED,), exit_codes.PEER_FAILED, "another pod failed"),
+        ((SIGKILLED,), exit_codes.KILLED, "OOM-killed: 128 + 9, retried"),
+        ((exit_codes.PEER_FAILED, SIGKILLED), exit_codes.KILLED, "the kill caused the peer error"),
+        ((exit_codes.TRAINING_FAILED,), exit_codes.TRAINING_FAILED, "the program's own bug"),
+        (
+            (exit_codes.PEER_FAILED, exit_codes.TRAINING_FAILED),
+            exit_codes.TRAINING_FAILED,
+            "a local worker's bug made its local peer's collective fail: not retried forever",
+        ),
+        ((exit_codes.TRAINING_FAILED, SIGKILLED), exit_codes.KILLED, "a signal: outside"),
+        (
+            (exit_codes.TRAINING_FAILED, exit_codes.PREEMPTED),
+            exit_codes.PREEMPTED,
+            "preempted: retried, resumes",
+        ),
+        ((SIGKILLED, exit_codes.PREEMPTED), exit_codes.PREEMPTED, "preemption wins among causes"),
+        ((exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED), exit_codes.BAD_INPUT, "the first"),
+        ((-int(signal.SIGSEGV),), 128 + int(signal.SIGSEGV), "a crash by signal is >= 128"),
+    ],
+)
+def test_pod_exit_code(tmp_path: Path, codes: tuple[int, ...], expected: int, why: str) -> None:
+    assert exit_code_of_failure(failed(tmp_path, *codes)) == expected, why
+
+
+def test_earliest_failure_wins_over_rank_order(tmp_path: Path) -> None:
+    exc = failed(tmp_path, exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED)
+    exc.failures[1].timestamp = 50  # rank 1 failed first
+    assert exit_code_of_failure(exc) == exit_codes.TRAINING_FAILED
