@@ -180,14 +180,17 @@ class DDPConfig:
         False, "for models that skip parameters in some steps (slower)"
     )
     startup_timeout_seconds: float = setting(
-        600.0,
-        "process-group start and first collective (pods start minutes apart)",
+        1800.0,
+        "process-group start and every collective before the first step (pods start minutes "
+        "apart, rank 0 may read a large checkpoint); torch's default for gloo",
         above=0.0,
         maximum=ONE_WEEK_SECONDS,
     )
     timeout_seconds: float = setting(
-        1800.0,
-        "every collective after the first step (a hung peer is noticed sooner)",
+        600.0,
+        "every collective after the first step: a peer that stops participating fails the "
+        "others within this time (exit 201, retried); torch's default for NCCL. Keep it above "
+        "the longest stall of one rank (a blocking save, an evaluation)",
         above=0.0,
         maximum=ONE_WEEK_SECONDS,
     )

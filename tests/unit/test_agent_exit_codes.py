@@ -35,22 +35,35 @@ SIGKILLED = -int(signal.SIGKILL)
     [
         ((exit_codes.PEER_FAILED,), exit_codes.PEER_FAILED, "another pod failed"),
         ((SIGKILLED,), exit_codes.KILLED, "OOM-killed: 128 + 9, retried"),
-        ((exit_codes.PEER_FAILED, SIGKILLED), exit_codes.KILLED, "the kill caused the peer error"),
+        (
+            (exit_codes.PEER_FAILED, SIGKILLED),
+            exit_codes.PEER_FAILED,
+            "a hung local peer the agent SIGKILLed after the timeout: still retried",
+        ),
         ((exit_codes.TRAINING_FAILED,), exit_codes.TRAINING_FAILED, "the program's own bug"),
         (
             (exit_codes.PEER_FAILED, exit_codes.TRAINING_FAILED),
             exit_codes.TRAINING_FAILED,
             "a local worker's bug made its local peer's collective fail: not retried forever",
         ),
-        ((exit_codes.TRAINING_FAILED, SIGKILLED), exit_codes.KILLED, "a signal: outside"),
         (
-            (exit_codes.TRAINING_FAILED, exit_codes.PREEMPTED),
-            exit_codes.PREEMPTED,
-            "preempted: retried, resumes",
+            (exit_codes.TRAINING_FAILED, exit_codes.PREEMPTED, SIGKILLED),
+            exit_codes.TRAINING_FAILED,
+            "the others were stopped by the agent (SIGTERM handled: 143; SIGKILL: 137)",
         ),
-        ((SIGKILLED, exit_codes.PREEMPTED), exit_codes.PREEMPTED, "preemption wins among causes"),
+        (
+            (exit_codes.PREEMPTED, exit_codes.PREEMPTED),
+            exit_codes.PREEMPTED,
+            "a preemption vote: every rank saved and stopped",
+        ),
+        ((SIGKILLED, exit_codes.PREEMPTED), exit_codes.PREEMPTED, "preempted, then stopped"),
         ((exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED), exit_codes.BAD_INPUT, "the first"),
         ((-int(signal.SIGSEGV),), 128 + int(signal.SIGSEGV), "a crash by signal is >= 128"),
+        (
+            (exit_codes.PEER_FAILED, -int(signal.SIGABRT)),
+            128 + int(signal.SIGABRT),
+            "a local crash is the cause of the local peer's failure",
+        ),
     ],
 )
 def test_pod_exit_code(tmp_path: Path, codes: tuple[int, ...], expected: int, why: str) -> None:

@@ -76,27 +76,34 @@ def worker_exit_code(exitcode: int) -> int:
     return 128 - exitcode if exitcode < 0 else exitcode
 
 
+# What torch's agent does to the other workers once one failed (SIGTERM, then SIGKILL): they are
+# reported as failed too, with these codes, but they are the consequence, not the cause.
+STOPPED_BY_AGENT = (exit_codes.PREEMPTED, exit_codes.KILLED)
+
+
 def exit_code_of_failure(exc: BaseException) -> int:
     """One exit code for the pod from its failed workers (torch's ChildFailedError).
 
     The operators decide from this code alone, so the cause must win over its consequences:
-    - a worker killed by a signal (OOM, the node) or ending with a retryable code other than
-      PEER_FAILED (preempted, killed) names an outside cause: that code (>= 128, retried);
-    - a worker's own fatal code (1-127) wins over PEER_FAILED: in one pod, a worker that failed
-      on its own makes its local peers' collectives fail too, and retrying would fail the same
-      way (ExitCode recreations never count against backoffLimit, so a retry loop would not end);
-    - else PEER_FAILED: another pod failed.
-    Among codes of one class the earliest failure wins, then the lowest rank.
+    - SIGTERM/SIGKILL codes count only when nothing else is there: once a worker failed, the
+      agent stops the rest with those signals (a worker the kernel killed, OOM, makes its local
+      peers fail with PEER_FAILED, retryable as well);
+    - a worker's own code wins over PEER_FAILED: in one pod, a worker that failed on its own
+      (fatal, 1-127) makes its local peers' collectives fail too, and retrying would fail the
+      same way (ExitCode recreations never count against backoffLimit: the loop would not end);
+      a crash by another signal (SIGSEGV, SIGABRT: 128 + N) is retryable;
+    - PEER_FAILED when that is all: another pod failed.
+    Among the causes the earliest failure wins (torch's timestamp), then the lowest rank.
     """
     failures = getattr(exc, "failures", {}) or {}
     ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
     codes = [worker_exit_code(int(getattr(f, "exitcode", 1))) for _, f in ordered]
     codes = [code for code in codes if code != exit_codes.OK] or [exit_codes.TRAINING_FAILED]
-    outside = [c for c in codes if c >= exit_codes.RETRYABLE_FROM and c != exit_codes.PEER_FAILED]
-    fatal = [c for c in codes if c < exit_codes.RETRYABLE_FROM]
-    if outside:
-        return exit_codes.PREEMPTED if exit_codes.PREEMPTED in outside else outside[0]
-    return fatal[0] if fatal else exit_codes.PEER_FAILED
+    causes = [code for code in codes if code not in STOPPED_BY_AGENT]
+    if not causes:  # stopped by a signal only: preempted (a vote, or SIGTERM), or killed
+        return exit_codes.PREEMPTED if exit_codes.PREEMPTED in codes else codes[0]
+    own = [code for code in causes if code != exit_codes.PEER_FAILED]
+    return own[0] if own else exit_codes.PEER_FAILED
 
 
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:

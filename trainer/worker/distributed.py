@@ -2,13 +2,14 @@
 the DDP wrapper, and the few collectives the loop and checkpointing call directly.
 
 The start-up timeout covers pods that come up minutes apart; once the first step has run the
-group switches to the (usually shorter) training timeout, so a hung peer is noticed sooner.
+group switches to the shorter training timeout, so a hung peer is noticed sooner.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -110,11 +111,31 @@ def mean_over_ranks(value: float, ctx: DistContext) -> float:
     return total.item() / ctx.world_size
 
 
-def switch_to_training_timeout(cfg: DDPConfig) -> None:
-    """After the first step, replace the start-up timeout with the training timeout."""
-    setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-    if dist.is_initialized() and setter is not None:
-        setter(timedelta(seconds=cfg.timeout_seconds), None)
+def switch_to_training_timeout(cfg: DDPConfig, log: Callable[[str], None]) -> bool:
+    """After the first step, replace the start-up timeout with the training timeout; say so in
+    the log either way. True when the group's timeout was changed.
+
+    torch 2.14 has the public `dist.set_timeout`; earlier versions only the private
+    `_set_pg_timeout` (same effect: the default timeout of the group's gloo/NCCL backends).
+    """
+    if not dist.is_initialized():
+        return False
+    setter = getattr(dist, "set_timeout", None) or getattr(
+        dist.distributed_c10d, "_set_pg_timeout", None
+    )
+    if setter is None:
+        log(
+            f"[kubeddp] warning: torch {torch.__version__} cannot change a process group's "
+            f"timeout; collectives keep ddp.startup_timeout_seconds="
+            f"{cfg.startup_timeout_seconds:g} (a hung peer is noticed only after it)"
+        )
+        return False
+    setter(timedelta(seconds=cfg.timeout_seconds), None)
+    log(
+        f"[kubeddp] collective timeout now ddp.timeout_seconds={cfg.timeout_seconds:g} s "
+        f"(start-up: {cfg.startup_timeout_seconds:g} s)"
+    )
+    return True
 
 
 def teardown(barrier: bool = True) -> None:

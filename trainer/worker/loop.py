@@ -190,7 +190,7 @@ class Trainer:
         for observer in self.observers:
             observer.on_step_end(StepEnd(s.step, s.epoch, samples))
         if not self._timeout_switched:
-            switch_to_training_timeout(self.cfg.ddp)
+            switch_to_training_timeout(self.cfg.ddp, self.progress.log)
             self._timeout_switched = True
         lr = self.scheduler.get_last_lr()[0]
         tokens = self.workload.tokens_per_sample
