@@ -33,6 +33,8 @@ ENV_INDEXEDJOB_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
 ENV_INDEXEDJOB_MASTER_PORT = "KUBEDDP_MASTER_PORT"
 ENV_INDEXEDJOB_NNODES = "KUBEDDP_NNODES"
 ENV_INDEXEDJOB_NPROC = "KUBEDDP_NPROC_PER_NODE"
+# A Worker-only PyTorchJob: the node rank, from the pod's replica-index label (downward API)
+ENV_NODE_RANK = "KUBEDDP_NODE_RANK"
 # Rank 0 writes per-step wall-clock times here as JSON at the end of fit (tests/bench reads it)
 ENV_SUMMARY_FILE = "KUBEDDP_SUMMARY_FILE"
 # Metrics (trainer/worker/metrics.py, trainer/launcher/metrics_server.py)

@@ -49,6 +49,23 @@ def pytorchjob_pod(replica: str, index: int, workers: int, nproc: str) -> dict[s
     }
 
 
+def workers_pod(index: int, workers: int = 3, nproc: str = "auto") -> dict[str, str]:
+    """A Worker-only PyTorchJob v1 pod without elasticPolicy, as `kubeddp render pytorchjob`
+    writes it: the operator adds PYTHONUNBUFFERED, PET_NNODES and PET_NPROC_PER_NODE only (no
+    Master: no MASTER_*/RANK/WORLD_SIZE); the manifest adds KUBEDDP_*, the node rank from the
+    pod's replica-index label."""
+    return {
+        **POD,
+        "PYTHONUNBUFFERED": "1",
+        "PET_NPROC_PER_NODE": nproc,
+        "PET_NNODES": str(workers),
+        "KUBEDDP_MASTER_ADDR": "demo-worker-0",
+        "KUBEDDP_MASTER_PORT": "23456",
+        "KUBEDDP_NNODES": str(workers),
+        "KUBEDDP_NODE_RANK": str(index),
+    }
+
+
 def elastic_pod(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A Worker-only PyTorchJob v1 pod with elasticPolicy min 1, max 3 (no Master vars)."""
     return {
@@ -133,6 +150,13 @@ def test_fixtures_match_csv() -> None:
         'spec.nprocPerNode set (defaulted to "auto" unless elasticPolicy.nProcPerNode set)',
     )
     assert set(pytorchjob_pod("Worker", 0, 1, "2")) - set(POD) == master
+    workers_only = names(
+        "PyTorchJob",
+        "always",
+        "elasticPolicy == nil",
+        'spec.nprocPerNode set (defaulted to "auto" unless elasticPolicy.nProcPerNode set)',
+    )
+    assert {k for k in workers_pod(0) if not k.startswith("KUBEDDP_")} - set(POD) == workers_only
     elastic = names(
         "PyTorchJob",
         "always",
@@ -198,6 +222,22 @@ def test_nproc_flag_overrides_env() -> None:
 def test_max_restarts_flag() -> None:
     p = plan(pytorchjob_pod("Master", 0, workers=1, nproc="1"), max_restarts=2)
     assert flag(p.argv, "max-restarts") == "2"
+
+
+# ---- PyTorchJob v1, Workers only (kubeddp's default static shape) --------------------------
+
+
+@pytest.mark.parametrize("index", [0, 2])
+@pytest.mark.parametrize("nproc,gpus,expected_nproc", [("1", 0, 1), ("auto", 0, 1), ("auto", 4, 4)])
+def test_pytorchjob_workers_only(index, nproc, gpus, expected_nproc) -> None:
+    p = plan(workers_pod(index, workers=3, nproc=nproc), gpus=lambda: gpus)
+    assert p.source == "pytorchjob-workers"
+    assert (p.nnodes, p.node_rank, p.nproc_per_node) == ("3", index, expected_nproc)
+    assert p.world_size == 3 * expected_nproc
+    assert (p.rdzv_backend, p.rdzv_endpoint) == ("static", "demo-worker-0:23456")
+    assert flag(p.argv, "node-rank") == str(index)
+    assert flag(p.argv, "master-addr") == "demo-worker-0"
+    assert flag(p.argv, "nproc-per-node") == str(expected_nproc)
 
 
 # ---- elastic PyTorchJob ------------------------------------------------------------------
@@ -304,6 +344,7 @@ def test_every_source_is_reachable() -> None:
     envs = [
         torchrun_worker_env(),
         pytorchjob_pod("Master", 0, 1, "1"),
+        workers_pod(1),
         elastic_pod(),
         trainjob_pod(0),
         {"MASTER_ADDR": "a", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1"},
@@ -313,6 +354,7 @@ def test_every_source_is_reachable() -> None:
     assert [detect_source(e) for e in envs] == [
         "torchrun",
         "pytorchjob",
+        "pytorchjob-workers",
         "pytorchjob-elastic",
         "trainjob",
         "env",
@@ -368,6 +410,18 @@ BAD_ENVS = {
     "indexed job without node count": (
         _without(indexedjob_pod(0), "KUBEDDP_NNODES"),
         ["KUBEDDP_NNODES", "kubeddp render indexedjob"],
+    ),
+    "workers scaled after rendering": (
+        {**workers_pod(0), "PET_NNODES": "5"},
+        ["KUBEDDP_NNODES=3", "PET_NNODES=5", "render it again"],
+    ),
+    "workers rank past nodes": (
+        workers_pod(3),
+        ["KUBEDDP_NODE_RANK=3", "KUBEDDP_NNODES=3"],
+    ),
+    "kubeddp master without a node rank": (
+        _without(workers_pod(0), "KUBEDDP_NODE_RANK"),
+        ["KUBEDDP_MASTER_ADDR", "KUBEDDP_NODE_RANK", "JOB_COMPLETION_INDEX"],
     ),
     "elastic endpoint without port": (
         elastic_pod({"PET_RDZV_ENDPOINT": "demo-worker-0"}),

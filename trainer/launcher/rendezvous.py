@@ -1,9 +1,9 @@
 """The rendezvous plan: a pure function from the launcher's environment to torchrun arguments.
 
-Each way a pod can be launched (torchrun, PyTorchJob, elastic PyTorchJob, TrainJob, Indexed
-Job, plain env, nothing) is one planner below. Nothing here touches the network or starts a
-process, so each is unit-tested with the exact env the operators inject
-(tests/unit/test_rendezvous.py).
+Each way a pod can be launched (torchrun, PyTorchJob with a Master, Worker-only PyTorchJob,
+elastic PyTorchJob, TrainJob, Indexed Job, plain env, nothing) is one planner below. Nothing
+here touches the network or starts a process, so each is unit-tested with the exact env the
+operators inject (tests/unit/test_rendezvous.py).
 """
 
 from __future__ import annotations
@@ -222,23 +222,49 @@ def _plan_trainjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callabl
     return _static("trainjob", env, nnodes, rank, nproc, addr, port, "PET_NODE_RANK", "PET_NNODES")
 
 
-def _plan_indexedjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
-    missing = [v for v in (constants.ENV_INDEXEDJOB_NNODES,) if not env.get(v)]
-    if missing:
+def _plan_kubeddp_env(
+    env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int], source: str
+) -> RendezvousPlan:
+    """The env kubeddp's own manifests set where no operator gives a master: the Indexed Job
+    (node rank = JOB_COMPLETION_INDEX) and the Worker-only PyTorchJob (node rank from the
+    replica-index label; the operator adds PET_NNODES and PET_NPROC_PER_NODE)."""
+    rank_var = constants.ENV_NODE_RANK if source == "pytorchjob-workers" else "JOB_COMPLETION_INDEX"
+    nnodes_var = constants.ENV_INDEXEDJOB_NNODES
+    if not env.get(nnodes_var):
         raise RendezvousError(
-            f"JOB_COMPLETION_INDEX and {constants.ENV_INDEXEDJOB_MASTER_ADDR} are set but "
-            f"{missing[0]} is not; render the Indexed Job with `kubeddp render indexedjob`"
+            f"{rank_var} and {constants.ENV_INDEXEDJOB_MASTER_ADDR} are set but {nnodes_var} is "
+            f"not; render the job with `kubeddp render {source.split('-')[0]}`"
         )
-    nnodes = _int(env, constants.ENV_INDEXEDJOB_NNODES, 1)
-    rank = _int(env, "JOB_COMPLETION_INDEX")
-    nproc_var = constants.ENV_INDEXEDJOB_NPROC
+    nnodes = _int(env, nnodes_var, 1)
+    operator_nnodes = env.get("PET_NNODES")
+    if operator_nnodes is not None and operator_nnodes != str(nnodes):
+        raise RendezvousError(
+            f"{nnodes_var}={nnodes} but the operator's PET_NNODES={operator_nnodes}: the "
+            "replicas changed after the manifest was rendered (kubectl scale?); render it again "
+            "with the node count you want"
+        )
+    rank = _int(env, rank_var)
+    nproc_var = next(
+        (v for v in (constants.ENV_INDEXEDJOB_NPROC, "PET_NPROC_PER_NODE") if env.get(v)),
+        constants.ENV_INDEXEDJOB_NPROC,
+    )
     nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
-    port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, constants.INDEXEDJOB_PORT)
+    default_port = (
+        constants.PYTORCHJOB_PORT if source == "pytorchjob-workers" else constants.INDEXEDJOB_PORT
+    )
+    port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, default_port)
     addr = env[constants.ENV_INDEXEDJOB_MASTER_ADDR]
-    return _static(
-        "indexedjob", env, nnodes, rank, nproc, addr, port,
-        "JOB_COMPLETION_INDEX", constants.ENV_INDEXEDJOB_NNODES,
-    )  # fmt: skip
+    return _static(source, env, nnodes, rank, nproc, addr, port, rank_var, nnodes_var)
+
+
+def _plan_indexedjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    return _plan_kubeddp_env(env, nproc_flag, gpus, "indexedjob")
+
+
+def _plan_pytorchjob_workers(
+    env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]
+):
+    return _plan_kubeddp_env(env, nproc_flag, gpus, "pytorchjob-workers")
 
 
 def _plan_env(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
@@ -287,15 +313,25 @@ def detect_source(env: Mapping[str, str]) -> str:
         return "pytorchjob"
     if env.get("PET_MASTER_ADDR") and "PET_NODE_RANK" in env and not has_master:
         return "trainjob"
-    if "JOB_COMPLETION_INDEX" in env and env.get(constants.ENV_INDEXEDJOB_MASTER_ADDR):
-        return "indexedjob"
+    if env.get(constants.ENV_INDEXEDJOB_MASTER_ADDR):
+        if constants.ENV_NODE_RANK in env:
+            return "pytorchjob-workers"
+        if "JOB_COMPLETION_INDEX" in env:
+            return "indexedjob"
+        raise RendezvousError(
+            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} is set but neither "
+            f"{constants.ENV_NODE_RANK} nor JOB_COMPLETION_INDEX says this pod's node rank; "
+            "render the job with `kubeddp render`"
+        )
     if has_master:
         return "env"
     if "PET_NNODES" in env:
         raise RendezvousError(
             f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
-            "PET_MASTER_ADDR) nor PET_RDZV_ENDPOINT: a PyTorchJob needs a Master replica "
-            "(Master.replicas: 1) or an elasticPolicy"
+            f"PET_MASTER_ADDR / {constants.ENV_INDEXEDJOB_MASTER_ADDR}) nor PET_RDZV_ENDPOINT: "
+            "render the PyTorchJob with `kubeddp render` (a Worker-only job gets "
+            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} and {constants.ENV_NODE_RANK}), or give it "
+            "a Master replica or an elasticPolicy"
         )
     if "RANK" in env or "WORLD_SIZE" in env:
         raise RendezvousError(
@@ -310,6 +346,7 @@ _PLANNERS = {
     "pytorchjob-elastic": _plan_elastic,
     "trainjob": _plan_trainjob,
     "indexedjob": _plan_indexedjob,
+    "pytorchjob-workers": _plan_pytorchjob_workers,
     "env": _plan_env,
     "standalone": _plan_standalone,
 }
