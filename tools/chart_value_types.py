@@ -55,8 +55,8 @@ class Section:
 # --- schema helpers ---------------------------------------------------------------------------
 
 
-def text(pattern: P.Pattern | None = None, **more: Any) -> dict[str, Any]:
-    node: dict[str, Any] = {"type": "string", **more}
+def text(pattern: P.Pattern | None = None, nullable: bool = False, **more: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": ["string", "null"] if nullable else "string", **more}
     if pattern:
         node["pattern"] = pattern.regex
     return node

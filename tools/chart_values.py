@@ -40,6 +40,10 @@ from kubeddp.trainer.config import config_json_schema
 DEFAULT_RESTART_POLICY = "ExitCode"
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"  # after the job ends, stop agents left waiting in a barrier
+DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image`
+PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
+CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
 
@@ -72,6 +76,11 @@ SECTIONS = (
         "Elastic PyTorchJob: torchrun's c10d rendezvous on <job>-worker-0; the job keeps running "
         "with minNodes..maxNodes pods and a restart resumes from the latest checkpoint.",
     ),
+    Section(
+        "pytorchJob",
+        "PyTorchJob that is not elastic: Workers only (worker-0 is rank 0), or a Master and "
+        "Workers.",
+    ),
     Section("trainJob", "TrainJob: the training runtime it runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
     Section("kueue", "Kueue admits the whole job when its quota allows."),
@@ -84,8 +93,9 @@ SECTIONS = (
     Section("serviceAccount", "The pods' ServiceAccount."),
     Section(
         "checkpoints",
-        f"Checkpoints live at {trainer.CHECKPOINT_DIR}: an existing claim, a new claim (size), or "
-        "an emptyDir that is lost with the pod (then a restarted pod starts from scratch).",
+        f"Checkpoints live at {trainer.CHECKPOINT_DIR}, on a claim so that a recreated pod (every "
+        "ExitCode retry, a preemption) resumes: a new claim (the default), an existing one, or, "
+        "only when asked, an emptyDir that is lost with the pod.",
     ),
     Section("monitoring", "Prometheus and Grafana."),
     Section("monitoring.podMonitor", "A Prometheus Operator PodMonitor for the job's pods."),
@@ -160,9 +170,11 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         "image.pullPolicy",
-        choice(("IfNotPresent", "Always", "Never")),
-        "IfNotPresent",
-        "IfNotPresent (works with `kind load docker-image`), Always or Never",
+        choice(PULL_POLICIES, nullable=True),
+        None,
+        f"{', '.join(PULL_POLICIES)}; null = {DEFAULT_IMAGE_PULL_POLICY} (works with `kind load "
+        "docker-image`). TrainJob: must stay null (Trainer v2.3 has no field for it; the "
+        "runtime's container decides)",
         POD,
         (Flag(("--image-pull-policy",)),),
     ),
@@ -321,6 +333,18 @@ VALUES: tuple[Value, ...] = (
         f"{trainer.PREEMPT_GRACE_SECONDS} s of SIGTERM",
         JOB,
         (Flag(("--termination-grace-period-seconds",), read="int"),),
+    ),
+    Value(
+        "pytorchJob.masterReplica",
+        boolean(),
+        False,
+        "PyTorchJob: a Master replica (rank 0) and nodes-1 Workers instead of nodes Workers. "
+        "training-operator v1.9 then adds its init-pytorch container (alpine, no "
+        "securityContext) to every Worker: Pod Security `restricted` rejects those pods and an "
+        "air-gapped cluster cannot pull the image, unless the operator runs with "
+        "--pytorch-init-container-image / --pytorch-init-container-template-file",
+        JOB,
+        (switch("--master-replica"),),
     ),
     Value(
         "trainJob.runtimeName",
@@ -506,15 +530,15 @@ VALUES: tuple[Value, ...] = (
         "checkpoints.existingClaim",
         OPTIONAL_SUBDOMAIN,
         "",
-        "mount this existing PersistentVolumeClaim",
+        "mount this existing PersistentVolumeClaim instead of creating one",
         TRAINER,
         (Flag(("--checkpoint-pvc",), metavar="CLAIM"),),
     ),
     Value(
         "checkpoints.size",
-        text(P.optional(P.QUANTITY)),
-        "",
-        "create a claim of this size, e.g. 50Gi; empty = none",
+        text(P.optional(P.QUANTITY), nullable=True),
+        None,
+        f"size of the claim <job>-checkpoints that is created; null = {DEFAULT_CHECKPOINT_SIZE}",
         TRAINER,
         (Flag(("--checkpoint-size",), metavar="SIZE"),),
     ),
@@ -522,18 +546,30 @@ VALUES: tuple[Value, ...] = (
         "checkpoints.storageClassName",
         text(P.optional(P.DNS1123_SUBDOMAIN)),
         "",
-        "StorageClass of the new claim; empty = the cluster's default",
+        "StorageClass of the created claim; empty = the cluster's default",
         TRAINER,
         (Flag(("--storage-class",)),),
     ),
     Value(
         "checkpoints.accessMode",
-        choice(("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")),
-        "ReadWriteMany",
-        "access mode of the new claim: ReadWriteMany lets pods on several nodes mount it (rank 0 "
-        "writes, all read on resume)",
+        choice(CHECKPOINT_ACCESS_MODES, nullable=True),
+        None,
+        "access mode of the created claim; null = ReadWriteMany when the job has more than one "
+        "pod (pods on several nodes mount it: rank 0 writes, all read on resume), else "
+        "ReadWriteOnce. On a cluster whose storage has no ReadWriteMany (kind's `standard`) and "
+        "one node, set ReadWriteOnce",
         TRAINER,
         (Flag(("--checkpoint-access-mode",)),),
+    ),
+    Value(
+        "checkpoints.lostOnRetry",
+        boolean(),
+        False,
+        f"put {trainer.CHECKPOINT_DIR} on an emptyDir instead of a claim: checkpoints are lost "
+        "with the pod, so every retry (a recreated pod) and every preemption starts training "
+        "from scratch",
+        TRAINER,
+        (switch("--checkpoints-lost-on-retry"),),
     ),
     Value(
         "monitoring.podMonitor.enabled",

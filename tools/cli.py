@@ -179,7 +179,15 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
         for problem in problems:
             print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
         return [], EXIT_BAD_INPUT
+    _print_warnings(command, docs, command)
     return docs, 0
+
+
+def _print_warnings(command: str, docs: list[dict], source: str) -> None:
+    from kubeddp.tools.validate import document_warnings
+
+    for warning in document_warnings(docs, source):
+        print(f"kubeddp {command}: warning: {warning}", file=sys.stderr)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -216,6 +224,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = [p for name, docs in sources for p in validate_documents(docs, name, crds)]
     for problem in problems:
         print(problem)
+    for name, docs in sources:
+        _print_warnings("validate", docs, name)
     if problems:
         return 1
     print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
@@ -241,6 +251,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 print(f"kubeddp submit: error: {problem}", file=sys.stderr)
             if problems:
                 return EXIT_BAD_INPUT
+            _print_warnings("submit", docs, name)
         else:
             docs, code = _checked_documents(args, "submit")
             if code:

@@ -29,6 +29,7 @@ from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
+from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import config_fields, range_text
 
 CHART = Path("charts") / "kubeddp"
@@ -172,8 +173,10 @@ def values_schema() -> dict[str, Any]:
                     "required": [],
                 },
             )
-            section["required"].append(parents[depth + 1] if depth + 1 < len(parents) else key)
-            section["required"] = list(dict.fromkeys(section["required"]))
+            # A null default is not required: Helm drops a nested key whose value is null.
+            if depth + 1 < len(parents) or value.default is not None:
+                section["required"].append(parents[depth + 1] if depth + 1 < len(parents) else key)
+                section["required"] = list(dict.fromkeys(section["required"]))
             node = section["properties"]
         node[key] = {**copy.deepcopy(value.schema), "description": value.doc}
     return {
@@ -282,6 +285,11 @@ def chart_constants() -> dict[str, Any]:
         "defaultRestartPolicy": CV.DEFAULT_RESTART_POLICY,
         "defaultBackoffLimit": CV.DEFAULT_BACKOFF_LIMIT,
         "defaultCleanPodPolicy": CV.DEFAULT_CLEAN_POD_POLICY,
+        "defaultImagePullPolicy": CV.DEFAULT_IMAGE_PULL_POLICY,
+        "defaultCheckpointSize": CV.DEFAULT_CHECKPOINT_SIZE,
+        "cpuNprocEnv": trainer.ENV_CPU_NPROC,
+        # Exit codes another pod causes (a preemption's cascade): an Indexed Job ignores them.
+        "cascadeExitCodes": list(exit_codes.CASCADE),
         "kubeddpManaged": CV.MANAGED_BY[1],
         "jobNamePattern": DNS1035.regex,
         "maxJobNameLength": MAX_JOB_NAME_LENGTH,

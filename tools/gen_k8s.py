@@ -31,10 +31,12 @@ RENDER_COMMANDS: dict[str, str] = {
     "pytorchjob-elastic.yaml": f"pytorchjob --name kubeddp-elastic --elastic 2:4 {GPU_NODE}",
     "trainjob.yaml": f"trainjob --name kubeddp-trainjob --nodes 2 {GPU_NODE}",
     "indexedjob.yaml": f"indexedjob --name kubeddp-indexed --nodes 2 {GPU_NODE}",
-    # The kind CI job: CPU image loaded with `kind load docker-image`, small enough for one node.
+    # The kind CI job: CPU image loaded with `kind load docker-image`, small enough for one node
+    # (whose `standard` storage class has no ReadWriteMany).
     "pytorchjob-cpu-gloo.yaml": (
         f"pytorchjob --name kubeddp-cpu --image {IMAGE_CPU_LOCAL} --nodes 2 --nproc-per-node 1"
         " --cpu 250m --memory 512Mi --cpu-limit 1 --memory-limit 1Gi --shm-size 256Mi"
+        " --checkpoint-size 1Gi --checkpoint-access-mode ReadWriteOnce"
         " --backoff-limit 0 --set workload.name=regression --set train.max_steps=20"
         " --set train.log_every=5 --set checkpoint.every_steps=10"
         " --set ddp.backend=gloo --set ddp.device=cpu"

@@ -126,3 +126,20 @@ def validate_documents(
         for path, message in document_issues(doc, crd_schemas or {}):
             problems.append(Problem(source, str(doc.get("kind", "?")), name, path, message))
     return problems
+
+
+def document_warnings(docs: list[dict], source: str = "") -> list[Problem]:
+    """What the operators accept but a locked-down cluster may reject (one line each)."""
+    found = []
+    for doc in docs:
+        if doc.get("apiVersion") == "v1" and doc.get("kind") == "List":
+            items = [item for item in doc.get("items") or [] if isinstance(item, dict)]
+            found += document_warnings(items, source)
+            continue
+        kind = BY_RESOURCE.get(_key(doc))
+        if kind is None:
+            continue
+        name = str((doc.get("metadata") or {}).get("name", "?"))
+        for path, message in kind.warnings(doc):
+            found.append(Problem(source, str(doc.get("kind", "?")), name, path, message))
+    return found

@@ -114,6 +114,12 @@ TABLE: tuple[ExitCode, ...] = (
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}
+# What every other pod of a job ends with when one pod is preempted or lost: the stop vote makes
+# them save and exit PREEMPTED, their collectives fail (PEER_FAILED), a recreated pod waits for
+# a rank 0 that is not back yet (RDZV_UNREACHABLE). An Indexed Job's pod failure policy ignores
+# these (the preempted pod itself carries the DisruptionTarget condition), so one preemption
+# does not use up backoffLimit; the pod's own failures (KILLED, a crash) still count.
+CASCADE = (PREEMPTED, RDZV_UNREACHABLE, PEER_FAILED)
 
 
 def describe(code: int) -> str:

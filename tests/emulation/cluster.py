@@ -3,15 +3,24 @@
 Network: one namespace holds a bridge (the "pod network", 198.51.100.0/24, never on the host's
 own interfaces); every pod gets a fresh namespace with a veth on that bridge, its own UTS
 namespace with hostname = the pod's hostname, and /etc/netns/<ns>/hosts naming every pod and
-Service of the job, as cluster DNS would. A recreated pod gets a new namespace and address and
-every hosts file is rewritten in place (the bind mounts `ip netns exec` made keep seeing it).
+Service of the job, as cluster DNS would. A recreated pod gets a new namespace, address and
+emptyDirs, and every hosts file is rewritten in place (the bind mounts `ip netns exec` made
+keep seeing it). A container restarted in place (restartPolicy OnFailure) keeps all of them.
+
+The controllers' decisions (recreate, restart in place, count, fail) are controllers.py's; the
+operators' pods and env are operator_env.py's. Pod Security admission (`restricted`) and the
+training-operator's init-pytorch container are modelled: a rejected pod is never created, an
+init container runs (and must succeed) before the main container.
 
 Deviations from a real cluster, each on purpose:
 - processes run on the host's filesystem as root, not in the image: volume mount paths
   (/etc/kubeddp, /checkpoints, /tmp) are mapped to per-job directories and every argument or
   ConfigMap value naming such a path is rewritten to the host directory;
 - the image ENTRYPOINT (`tini -- kubeddp launch`) is `kubeddp launch` from this venv;
-- no resource limits, probes, securityContext or image pulls.
+- init-pytorch's `nslookup` loop runs as the same loop over `getent hosts` (names resolve
+  through the hosts file here); other init containers are not emulated;
+- the kubelet's restart back-off is a fixed delay (no doubling); no resource limits, probes,
+  securityContext enforcement inside the pod, or image pulls.
 """
 
 from __future__ import annotations
@@ -33,8 +42,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from controllers import (
+    FAIL,
+    RECREATE,
+    RESTART_IN_PLACE,
+    SUCCEEDED,
+    Counters,
+    Ended,
+    decide,
+    job_succeeded,
+    restricted_violations,
+)
 from operator_env import (
     IMAGE_ENTRYPOINT,
+    INIT_CONTAINER_IMAGE,
+    INIT_CONTAINER_NAME,
     JobPlan,
     PodPlan,
     container_env,
@@ -48,6 +70,9 @@ VENV_BIN = Path(sys.executable).parent
 POLL_SECONDS = 0.2
 # The kubelet points every pod at the API server's Service; kubeddp uses it to detect a pod.
 KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+# The kubelet's first restart back-off (CrashLoopBackOff starts at 10 s).
+RESTART_DELAY_SECONDS = 10.0
+DISRUPTION_TARGET = "DisruptionTarget"
 
 
 class EmulationError(AssertionError):
@@ -80,15 +105,27 @@ def kill_netns_processes(ns: str, deadline_seconds: float = 10.0) -> None:
 
 @dataclass
 class PodRun:
-    """One incarnation of a pod: namespace, address, process, log."""
+    """One incarnation of a pod (a pod object): namespace, address, processes, log.
+
+    `restarts` counts the kubelet's in-place restarts of its main container (restartCount).
+    """
 
     plan: PodPlan
-    attempt: int
+    attempt: int  # incarnations of this pod name before this one
     ns: str
     ip: str
     log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    popen: subprocess.Popen[bytes] | None = None  # the main container's process
+    init_popen: subprocess.Popen[bytes] | None = None  # the init container running now
+    init_left: list[dict[str, Any]] = field(default_factory=list)
+    init_exit_codes: list[int] = field(default_factory=list)
     exit_code: int | None = None
+    restarts: int = 0
+    start_at: float = 0.0  # a restart in place waits for the back-off
+    conditions: set[str] = field(default_factory=set)
+    kill_at: float | None = None  # end of the termination grace period
+    done: bool = False  # the pod is finished (succeeded, or failed and replaced)
 
     def output(self) -> str:
         try:
@@ -105,13 +142,23 @@ class PodRun:
 class JobStatus:
     phase: str = "Running"  # Running | Succeeded | Failed
     reason: str = ""
-    restarts: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)  # per pod name: recreated + in place
+    counters: Counters = field(default_factory=Counters)
+    events: list[str] = field(default_factory=list)
 
 
 class EmulatedCluster:
     """Runs one JobPlan at a time; `close()` removes every process, namespace and file."""
 
-    def __init__(self, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        pod_security: str | None = None,
+        restart_delay_seconds: float = RESTART_DELAY_SECONDS,
+    ) -> None:
+        self.pod_security = pod_security  # the namespace's enforced level: None | restricted
+        self.restart_delay_seconds = restart_delay_seconds
+        self.rejected: dict[str, list[str]] = {}  # pod name -> Pod Security violations
         self.run_id = uuid.uuid4().hex[:6]
         self._owns_workdir = workdir is None  # a caller's directory keeps the logs
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"kubeddp-emu-{self.run_id}-"))
@@ -188,7 +235,8 @@ class EmulatedCluster:
                 f.truncate()
 
     # ------------------------------------------------------------ volumes
-    def _volume_dir(self, plan: PodPlan, volume: dict[str, Any]) -> Path:
+    def _volume_dir(self, run: PodRun, volume: dict[str, Any]) -> Path:
+        plan = run.plan
         job = self.plan
         assert job is not None
         if "configMap" in volume:
@@ -202,7 +250,7 @@ class EmulatedCluster:
         elif "persistentVolumeClaim" in volume:
             key = f"pvc-{volume['persistentVolumeClaim']['claimName']}"  # shared by all pods
         elif "emptyDir" in volume:
-            key = f"emptydir-{plan.name}-{volume['name']}"  # lives as long as the pod
+            key = f"emptydir-{plan.name}-{volume['name']}-{run.uid}"  # lives as long as the pod
         else:
             raise EmulationError(f"volume {volume['name']}: type not emulated")
         if key not in self.volumes:
@@ -212,13 +260,13 @@ class EmulatedCluster:
             self.volumes[key] = path
         return self.volumes[key]
 
-    def _mounts(self, plan: PodPlan) -> dict[str, Path]:
-        by_name = {v["name"]: v for v in plan.volumes}
+    def _mounts(self, run: PodRun) -> dict[str, Path]:
+        by_name = {v["name"]: v for v in run.plan.volumes}
         mounts: dict[str, Path] = {}
-        for mount in plan.container.get("volumeMounts", []):
+        for mount in run.plan.container.get("volumeMounts", []):
             if mount["mountPath"] == "/dev/shm":
                 continue  # the host's /dev/shm serves
-            mounts[mount["mountPath"].rstrip("/")] = self._volume_dir(plan, by_name[mount["name"]])
+            mounts[mount["mountPath"].rstrip("/")] = self._volume_dir(run, by_name[mount["name"]])
         return mounts
 
     @staticmethod
@@ -269,42 +317,94 @@ class EmulatedCluster:
             argv[0] = str(VENV_BIN / "kubeddp")
         return argv
 
-    def _start_pod(self, plan: PodPlan, attempt: int) -> PodRun:
+    def _create_pod(self, plan: PodPlan, attempt: int) -> PodRun | None:
+        """Admission, then a new pod object: its namespace, then its init containers or its
+        main container. None when admission rejects it (the operator keeps trying, in vain)."""
+        if self.pod_security == "restricted":
+            violations = restricted_violations(plan)
+            if violations:
+                self.rejected[plan.name] = violations
+                self.status.events.append(
+                    f'FailedCreate: pods "{plan.name}" is forbidden: violates PodSecurity '
+                    f'"restricted:latest": {"; ".join(violations)}'
+                )
+                return None
         ns, address = self._new_pod_namespace()
         log_dir = self.workdir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         run = PodRun(plan, attempt, ns, address, log_dir / f"{plan.name}.{attempt}.log")
+        run.init_left = list(plan.init_containers)
         self.pods[plan.name] = run
         self.history.append(run)
         self._write_hosts()
-        mounts = self._mounts(plan)
+        self._next_step(run)
+        return run
+
+    def _next_step(self, run: PodRun) -> None:
+        """Start the next init container, or the main container once they all succeeded."""
+        if run.init_left:
+            run.init_popen = self._spawn(run, self._init_argv(run.init_left.pop(0)), {})
+        else:
+            run.init_popen = None
+            self._start_main(run)
+
+    def _init_argv(self, container: dict[str, Any]) -> list[str]:
+        if container.get("name") != INIT_CONTAINER_NAME or container.get("image") != (
+            INIT_CONTAINER_IMAGE
+        ):
+            raise EmulationError(f"init container {container.get('name')!r} is not emulated")
+        script = container["command"][-1]
+        found = re.search(r"seq (\d+)\).*nslookup (\S+);", script)
+        if not found:
+            raise EmulationError(f"init-pytorch command not understood: {script!r}")
+        tries, master = found.groups()
+        # The same loop, resolving through the pod's hosts file instead of a DNS server.
+        loop = (
+            f"err=1;for i in $(seq {tries}); do if getent hosts {master} >/dev/null; then "
+            "err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err"
+        )
+        return ["sh", "-c", loop]
+
+    def _start_main(self, run: PodRun) -> None:
+        plan = run.plan
+        mounts = self._mounts(run)
         self._fill_configmaps(plan, mounts)
-        env = {
-            "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
-            "HOSTNAME": plan.hostname,
-            **KUBELET_ENV,
-            **container_env(plan, NAMESPACE, address),
-        }
+        env = container_env(plan, NAMESPACE, run.ip)
         if "/tmp" in mounts:
             env["TMPDIR"] = str(mounts["/tmp"])
             env.setdefault("HOME", str(mounts["/tmp"]))
-        argv = self._argv(plan, env, mounts)
+        run.exit_code = None
+        run.popen = self._spawn(run, self._argv(plan, env, mounts), env, mounts)
+
+    def _spawn(
+        self,
+        run: PodRun,
+        argv: list[str],
+        env: dict[str, str],
+        mounts: dict[str, Path] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        plan = run.plan
+        full_env = {
+            "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+            "HOSTNAME": plan.hostname,
+            **KUBELET_ENV,
+            **env,
+        }
         # netns for the network, a UTS namespace so `hostname` is the pod's, as in a pod.
         wrapped = [
-            "ip", "netns", "exec", ns, "unshare", "--uts", "--",
+            "ip", "netns", "exec", run.ns, "unshare", "--uts", "--",
             "sh", "-c", 'hostname "$0" && exec "$@"', plan.hostname, *argv,
         ]  # fmt: skip
         with open(run.log_path, "ab") as log:
-            run.popen = subprocess.Popen(
+            return subprocess.Popen(
                 wrapped,
-                env=env,
-                cwd=str(mounts.get("/tmp", self.workdir)),
+                env=full_env,
+                cwd=str((mounts or {}).get("/tmp", self.workdir)),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return run
 
     def start(self, plan: JobPlan) -> None:
         if self.plan is not None:
@@ -312,73 +412,88 @@ class EmulatedCluster:
         self.plan = plan
         for pod in plan.pods:
             self.status.restarts[pod.name] = 0
-            self._start_pod(pod, 0)
+            self._create_pod(pod, 0)
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """A node loss (SIGKILL) or a deletion's first step (SIGTERM) of every process."""
+        """A node loss (SIGKILL of every process) or any signal to all of the pod's processes."""
         run = self.pods[name]
         for pid in netns_pids(run.ns):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    # ------------------------------------------------------------ the controller's loop
-    def _decide(self, run: PodRun) -> str:
-        """succeeded | restart | fail, by the owning controller's rules."""
-        assert self.plan is not None
-        code = run.exit_code
-        if code == 0:
-            return "succeeded"
-        policy = self.plan.restart_policy.get(run.plan.replica_type, "Never")
-        if code in self.plan.fail_job_exit_codes:
-            return "fail"
-        retryable = {
-            "Never": False,
-            "OnFailure": True,
-            "Always": True,
-            "ExitCode": code is not None and code >= 128,  # 1-127 are permanent errors
-        }.get(policy, False)
-        if self.plan.kind == "IndexedJob":
-            retryable = True  # a failed index is retried until backoffLimit
-        total_restarts = sum(self.status.restarts.values())
-        if not retryable or total_restarts >= self.plan.backoff_limit:
-            return "fail"
-        return "restart"
+    def preempt_pod(self, name: str, grace_seconds: float | None = None) -> None:
+        """Scheduler preemption / eviction: the pod gets the DisruptionTarget condition, its
+        container's main process SIGTERM, and SIGKILL at the end of the grace period."""
+        run = self.pods[name]
+        run.conditions.add(DISRUPTION_TARGET)
+        grace = run.plan.termination_grace_seconds if grace_seconds is None else grace_seconds
+        run.kill_at = time.monotonic() + grace
+        if run.popen is not None and run.popen.poll() is None:
+            run.popen.send_signal(signal.SIGTERM)  # what tini (PID 1) passes on
 
-    def _job_succeeded(self, done: set[str]) -> bool:
-        assert self.plan is not None
-        plan = self.plan
-        if plan.kind == "PyTorchJob":
-            masters = [p.name for p in plan.pods if p.replica_type == "Master"]
-            if masters:
-                return all(m in done for m in masters)  # the Master decides
-            workers = [p.name for p in plan.pods if p.replica_type == "Worker"]
-            return all(w in done for w in workers) or (plan.elastic and bool(done))
-        return all(p.name in done for p in plan.pods)  # Indexed Job / JobSet: every pod
+    # ------------------------------------------------------------ the controllers' loop
+    def _ended(self, run: PodRun) -> Ended | None:
+        """The pod's main container just ended (or an init container failed), else None."""
+        now = time.monotonic()
+        if run.kill_at is not None and now >= run.kill_at:
+            self.kill_pod(run.plan.name, signal.SIGKILL)
+            run.kill_at = None
+        if run.init_popen is not None:
+            code = run.init_popen.poll()
+            if code is None:
+                return None
+            run.init_exit_codes.append(code)
+            if code == 0:
+                self._next_step(run)
+                return None
+            run.init_popen = None
+            return Ended(run.plan, None, set(run.conditions))
+        if run.popen is None:
+            if run.start_at and now >= run.start_at:  # the back-off of a restart is over
+                run.start_at = 0.0
+                self._start_main(run)
+            return None
+        code = run.popen.poll()
+        if code is None or run.exit_code is not None:
+            return None
+        run.exit_code = 128 - code if code < 0 else code
+        return Ended(run.plan, run.exit_code, set(run.conditions))
 
     def tick(self) -> JobStatus:
         assert self.plan is not None
         if self.status.phase != "Running":
             return self.status
-        succeeded: set[str] = {r.plan.name for r in self.pods.values() if r.exit_code == 0}
         for name, run in list(self.pods.items()):
-            if run.exit_code is not None or run.popen is None:
+            if run.done:
                 continue
-            code = run.popen.poll()
-            if code is None:
+            ended = self._ended(run)
+            if ended is None:
                 continue
-            run.exit_code = 128 - code if code < 0 else code
-            decision = self._decide(run)
-            if decision == "succeeded":
-                succeeded.add(name)
-            elif decision == "fail":
+            # The container's end takes its other processes (torchrun's workers) with it.
+            kill_netns_processes(run.ns)
+            decision = decide(self.plan, self.status.counters, ended)
+            self.status.events.append(
+                f"{name}: exit {ended.exit_code} -> {decision.action} {decision.reason}".strip()
+            )
+            if decision.action == SUCCEEDED:
+                run.done = True
+            elif decision.action == FAIL:
                 self.status.phase = "Failed"
-                self.status.reason = f"pod {name} exited {run.exit_code}"
+                self.status.reason = f"pod {name} exited {ended.exit_code}: {decision.reason}"
                 return self.status
-            else:
+            elif decision.action == RESTART_IN_PLACE:
                 self.status.restarts[name] += 1
+                run.restarts += 1
+                run.popen = None
+                run.start_at = time.monotonic() + self.restart_delay_seconds
+            else:
+                assert decision.action == RECREATE
+                self.status.restarts[name] += 1
+                run.done = True
                 self._drop_namespace(run.ns)
-                self._start_pod(run.plan, run.attempt + 1)
-        if self._job_succeeded(succeeded):
+                self._create_pod(run.plan, run.attempt + 1)
+        done = {n for n, r in self.pods.items() if r.done and r.exit_code == 0}
+        if job_succeeded(self.plan, done):
             self.status.phase = "Succeeded"
         return self.status
 
@@ -414,7 +529,8 @@ class EmulatedCluster:
         return "".join(r.output() for r in self.history)
 
     def log_tails(self) -> str:
-        return "\n".join(r.tail() for r in self.history)
+        events = "\n".join(self.status.events[-30:])
+        return "\n".join(r.tail() for r in self.history) + f"\n--- events ---\n{events}"
 
     def search_logs(self, pattern: str) -> re.Match[str] | None:
         return re.search(pattern, self.all_logs(), re.MULTILINE)
@@ -428,19 +544,21 @@ class EmulatedCluster:
     # ------------------------------------------------------------ cleanup
     def close(self) -> None:
         for run in self.pods.values():
-            if run.popen is not None and run.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.popen.pid, signal.SIGKILL)
+            for popen in (run.popen, run.init_popen):
+                if popen is not None and popen.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(popen.pid, signal.SIGKILL)
         errors = []
         for ns in list(reversed(self._namespaces)):
             try:
                 self._drop_namespace(ns)
             except EmulationError as exc:
                 errors.append(str(exc))
-        for run in self.pods.values():
-            if run.popen is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    run.popen.wait(5)
+        for run in self.history:
+            for popen in (run.popen, run.init_popen):
+                if popen is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        popen.wait(5)
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:

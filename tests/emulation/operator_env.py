@@ -1,38 +1,61 @@
-"""What the operators would create from a manifest: pod names, env, containers, success rules.
+"""What the operators would create from a manifest: pods, their labels, init containers and env,
+and the restart settings the controllers act on (tests/emulation/controllers.py decides).
 
-This is an independent model of the controllers, written from
-../shared/reference/kubeflow-env-matrix.csv (Training Operator v1.9 `envvar.go`/`elastic.go`/
-`master.go`/`pytorchjob_controller.go`, Trainer v2.3 `torch.go`, the Job controller). It
-deliberately imports nothing from kubeddp: the operator's constants below are the operator's,
-so a drift between kubeddp's renderer/launcher and the real operators makes a test fail.
+An independent model of the controllers: it imports nothing from kubeddp, so a drift between
+kubeddp's renderer/launcher and the real operators makes a test fail. The env each operator
+injects is the project's table tests/emulation/operator_table.csv (every row cites the upstream
+file it was read from; test_operator_env.py checks it against the reference
+kubeflow-env-matrix.csv where that file is present): every variable set below must have a row
+there, and its constants are read from it. The rest (defaults, labels, the init container,
+restart settings) cites the upstream file inline: kubeflow/trainer v1.9.4 for training-operator
+v1 (TO), kubeflow/trainer v2.3.0 (TR) with kubernetes-sigs/jobset v0.12.0 (JS), and
+kubernetes/api v0.36.2 / the Kubernetes Job controller (K8S).
 """
 
 from __future__ import annotations
 
 import copy
+import csv
+import functools
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
-TORCH_RUNTIME_FILE = REFERENCE / "crds" / "clustertrainingruntime_torch-distributed.v2.3.0.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # loaded by path from other tests
 
-# Training Operator v1 (pytorch_types.go / pytorch_defaults.go)
+from tests.helpers.reference import CRDS  # noqa: E402
+
+TABLE_FILE = Path(__file__).with_name("operator_table.csv")
+TORCH_RUNTIME_FILE = CRDS / "clustertrainingruntime_torch-distributed.v2.3.0.yaml"
+
+TRAINING_OPERATOR = "training-operator v1"
+TRAINER = "trainer v2"
+JOB_CONTROLLER = "kubernetes Job controller"
+
+# TO pytorch_types.go / pytorch_defaults.go / common_types.go
 PYTORCHJOB_CONTAINER = "pytorch"
 PYTORCHJOB_PORT_NAME = "pytorchjob-port"
-PYTORCHJOB_DEFAULT_PORT = 23456
-PYTORCHJOB_DEFAULT_NPROC = "auto"
+PYTORCHJOB_DEFAULT_RESTART_POLICY = "OnFailure"  # pytorch_types.go L30-31
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+# TO initcontainer.go: the template, image flag default and max tries
+INIT_CONTAINER_NAME = "init-pytorch"
+INIT_CONTAINER_IMAGE = "alpine:3.10"  # --pytorch-init-container-image default
+INIT_CONTAINER_MAX_TRIES = 100  # --pytorch-init-container-max-tries default (2 s apart)
 # Trainer v2 (pkg/constants)
 TRAINJOB_CONTAINER = "node"
 TRAINJOB_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-TRAINJOB_MASTER_PORT = 29500
-# batch/v1 Job controller
+JOBSET_DEFAULT_RESTART_POLICY = "OnFailure"  # JS jobset_webhook.go Default L124-127
+# batch/v1 Job controller and API
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-JOB_DEFAULT_BACKOFF_LIMIT = 6
+JOB_DEFAULT_BACKOFF_LIMIT = 6  # K8S-API batch/v1 types.go L350-354
 # The image's ENTRYPOINT is `tini -- kubeddp launch`; tini's job (PID 1, reaping) is the
 # harness's here, so a container without `command` runs `kubeddp launch` + its args.
 IMAGE_ENTRYPOINT = ["kubeddp", "launch"]
@@ -40,6 +63,45 @@ IMAGE_ENTRYPOINT = ["kubeddp", "launch"]
 
 class ManifestError(ValueError):
     """The manifest is not something the emulated operators accept."""
+
+
+# ---------------------------------------------------------------- the operator table
+@functools.cache
+def table() -> list[dict[str, str]]:
+    with TABLE_FILE.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def table_row(operator: str, env_var: str, condition: str) -> dict[str, str]:
+    for row in table():
+        if (row["operator"], row["env_var"], row["condition"]) == (operator, env_var, condition):
+            return row
+    raise ManifestError(f"operator_table.csv has no row {operator} / {condition} / {env_var}")
+
+
+def table_int(operator: str, env_var: str, condition: str) -> int:
+    """The first number in the row's value (e.g. `29500 (constants.ContainerTrainerPort...)`)."""
+    value = table_row(operator, env_var, condition)["value_or_formula"]
+    found = re.search(r"\b(\d+)\b", value)
+    if not found:
+        raise ManifestError(f"operator_table.csv: {env_var} ({condition}) holds no number")
+    return int(found.group(1))
+
+
+def injected(operator: str, conditions: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """`env`, after checking each variable against the table: `conditions` maps a variable to
+    the table condition under which the model sets it."""
+    for name in env:
+        table_row(operator, name, conditions[name])
+    return env
+
+
+# PyTorchJob: the defaulted port (`... (defaulted to 23456)`) and nprocPerNode (`auto`)
+MASTER_PRESENT = "Master replica present"
+NPROC_SET = 'spec.nprocPerNode set (defaulted to "auto" unless elasticPolicy.nProcPerNode set)'
+PYTORCHJOB_DEFAULT_PORT = table_int(TRAINING_OPERATOR, "MASTER_PORT", MASTER_PRESENT)
+PYTORCHJOB_DEFAULT_NPROC = "auto"
+TRAINJOB_MASTER_PORT = table_int(TRAINER, "PET_MASTER_PORT", "command != torchtune entrypoint")
 
 
 @dataclass
@@ -57,6 +119,9 @@ class PodPlan:
     operator_env: dict[str, str]  # injected by the controller (wins over the container's env)
     annotations: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    init_containers: list[dict[str, Any]] = field(default_factory=list)  # run first, in order
+    security_context: dict[str, Any] = field(default_factory=dict)  # the pod's
+    termination_grace_seconds: float = 30.0  # the API default
 
     @property
     def dns_names(self) -> list[str]:
@@ -73,10 +138,12 @@ class JobPlan:
     kind: str  # PyTorchJob | TrainJob | IndexedJob
     name: str
     pods: list[PodPlan]
-    restart_policy: dict[str, str]  # replica type -> Never | OnFailure | Always | ExitCode
-    backoff_limit: int
+    # replica type -> the job's policy: PyTorchJob ExitCode | OnFailure | Never | Always; the
+    # batch Jobs (IndexedJob, TrainJob's) the pod template's Never | OnFailure
+    restart_policy: dict[str, str]
+    backoff_limit: int | None  # None: no limit (an unset PyTorchJob runPolicy.backoffLimit)
     elastic: bool = False
-    fail_job_exit_codes: set[int] = field(default_factory=set)  # Job podFailurePolicy FailJob
+    pod_failure_rules: list[dict[str, Any]] = field(default_factory=list)  # batch/v1 Job
     configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -110,8 +177,15 @@ def _nproc_int(nproc: str) -> int:
         return 1
 
 
+def _grace(pod_spec: dict[str, Any]) -> float:
+    return float(pod_spec.get("terminationGracePeriodSeconds", 30))
+
+
 # ---------------------------------------------------------------- PyTorchJob (v1.9)
-def _elastic_env(job: dict[str, Any], worker_container: dict[str, Any]) -> dict[str, str]:
+def _elastic_env(
+    job: dict[str, Any], worker_container: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """TO elastic.go Generate L68-122: the env, and each variable's table condition."""
     name = job["metadata"]["name"]
     spec = job["spec"]
     policy = spec["elasticPolicy"]
@@ -130,17 +204,61 @@ def _elastic_env(job: dict[str, Any], worker_container: dict[str, Any]) -> dict[
         "PET_RDZV_ENDPOINT": f"{host}:{port}",
         "PET_RDZV_BACKEND": policy.get("rdzvBackend") or "c10d",
     }
-    if policy.get("maxRestarts") is not None:
-        env["PET_MAX_RESTARTS"] = str(policy["maxRestarts"])
-    if policy.get("rdzvId"):
-        env["PET_RDZV_ID"] = str(policy["rdzvId"])
+    conditions = dict.fromkeys(env, "elasticPolicy != nil")
+    optional = {
+        "PET_MAX_RESTARTS": ("maxRestarts", "elasticPolicy.maxRestarts set"),
+        "PET_RDZV_ID": ("rdzvId", "elasticPolicy.rdzvId set"),
+    }
+    for var, (key, condition) in optional.items():
+        if policy.get(key) is not None and policy.get(key) != "":
+            env[var] = str(policy[key])
+            conditions[var] = condition
     if policy.get("rdzvConf"):
         env["PET_RDZV_CONF"] = ",".join(f"{c['key']}={c['value']}" for c in policy["rdzvConf"])
+        conditions["PET_RDZV_CONF"] = "elasticPolicy.rdzvConf set"
     if policy.get("standalone"):
         env["PET_STANDALONE"] = ""
+        conditions["PET_STANDALONE"] = "elasticPolicy.standalone == true"
     if policy.get("nProcPerNode") is not None:
         env["PET_NPROC_PER_NODE"] = str(policy["nProcPerNode"])
-    return env
+        conditions["PET_NPROC_PER_NODE"] = (
+            "elasticPolicy.nProcPerNode set (deprecated; webhook forbids together with "
+            "spec.nprocPerNode)"
+        )
+    return env, conditions
+
+
+def init_pytorch_container(job_name: str) -> dict[str, Any]:
+    """TO initcontainer.go initContainerTemplate L35-46 (no securityContext at all), with the
+    default image and tries; MasterAddr = <job>-master-0."""
+    master = f"{job_name}-master-0"
+    script = (
+        f"err=1;for i in $(seq {INIT_CONTAINER_MAX_TRIES}); do if nslookup {master}; then "
+        "err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err"
+    )
+    return {
+        "name": INIT_CONTAINER_NAME,
+        "image": INIT_CONTAINER_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {
+            "limits": {"cpu": "100m", "memory": "20Mi"},
+            "requests": {"cpu": "50m", "memory": "10Mi"},
+        },
+        "command": ["sh", "-c", script],
+    }
+
+
+def _pytorchjob_labels(name: str, rtype: str, index: int, has_master: bool) -> dict[str, str]:
+    """TO pod.go L402-408: job name, replica type (lower case) and index; job-role=master on
+    the Master, or on Worker 0 when there is no Master (IsMasterRole)."""
+    labels = {
+        JOB_NAME_LABEL: name,
+        REPLICA_TYPE_LABEL: rtype.lower(),
+        REPLICA_INDEX_LABEL: str(index),
+    }
+    if (rtype == "Master") or (not has_master and rtype == "Worker" and index == 0):
+        labels[JOB_ROLE_LABEL] = "master"
+    return labels
 
 
 def pytorchjob_plan(job: dict[str, Any]) -> JobPlan:
@@ -154,6 +272,8 @@ def pytorchjob_plan(job: dict[str, Any]) -> JobPlan:
     if has_master and replica_specs["Master"].get("replicas", 1) != 1:
         raise ManifestError("PyTorchJob Master.replicas must be 1 (the webhook rejects others)")
     elastic = spec.get("elasticPolicy") is not None
+    if elastic and "Worker" not in replica_specs:
+        raise ManifestError("PyTorchJob with elasticPolicy needs a Worker (webhook validateSpec)")
     nproc = str(spec.get("nprocPerNode") or PYTORCHJOB_DEFAULT_NPROC)
     total = sum(int(r.get("replicas", 1)) for r in replica_specs.values())
     master_env: dict[str, str] = {}
@@ -176,21 +296,32 @@ def pytorchjob_plan(job: dict[str, Any]) -> JobPlan:
             continue
         rspec = replica_specs[rtype]
         template = rspec["template"]
+        pod_spec = template.get("spec", {})
         container = _one_container(template, PYTORCHJOB_CONTAINER, f"PyTorchJob {rtype}")
         shared = {"PYTHONUNBUFFERED": "1", **master_env}
+        conditions = {"PYTHONUNBUFFERED": "always", **dict.fromkeys(master_env, MASTER_PRESENT)}
         if elastic:
-            shared.update(_elastic_env(job, container))
+            elastic_env, elastic_conditions = _elastic_env(job, container)
+            shared.update(elastic_env)
+            conditions.update(elastic_conditions)
         else:
             shared["PET_NNODES"] = str(total)
+            conditions["PET_NNODES"] = "elasticPolicy == nil"
         if not (elastic and spec["elasticPolicy"].get("nProcPerNode") is not None):
             shared["PET_NPROC_PER_NODE"] = nproc
+            conditions["PET_NPROC_PER_NODE"] = NPROC_SET
         for index in range(int(rspec.get("replicas", 1))):
             env = dict(shared)
             if has_master:
                 rank = index + 1 if rtype == "Worker" else index
                 env["RANK"] = str(rank)
                 env["PET_NODE_RANK"] = str(rank)
+            rank_conditions = {"RANK": MASTER_PRESENT, "PET_NODE_RANK": MASTER_PRESENT}
+            injected(TRAINING_OPERATOR, {**conditions, **rank_conditions}, env)
             pod_name = f"{name}-{rtype.lower()}-{index}"
+            init = copy.deepcopy(pod_spec.get("initContainers", []))
+            if has_master and rtype == "Worker":  # appended, never to the Master (L116-132)
+                init.append(init_pytorch_container(name))
             pods.append(
                 PodPlan(
                     name=pod_name,
@@ -200,19 +331,29 @@ def pytorchjob_plan(job: dict[str, Any]) -> JobPlan:
                     replica_type=rtype,
                     index=index,
                     container=container,
-                    volumes=copy.deepcopy(template.get("spec", {}).get("volumes", [])),
+                    volumes=copy.deepcopy(pod_spec.get("volumes", [])),
                     operator_env=env,
                     annotations=dict(template.get("metadata", {}).get("annotations", {})),
-                    labels=dict(template.get("metadata", {}).get("labels", {})),
+                    labels={
+                        **template.get("metadata", {}).get("labels", {}),
+                        **_pytorchjob_labels(name, rtype, index, has_master),
+                    },
+                    init_containers=init,
+                    security_context=copy.deepcopy(pod_spec.get("securityContext", {})),
+                    termination_grace_seconds=_grace(pod_spec),
                 )
             )
-    run_policy = spec.get("runPolicy", {})
+    backoff = spec.get("runPolicy", {}).get("backoffLimit")
     return JobPlan(
         kind="PyTorchJob",
         name=name,
         pods=pods,
-        restart_policy={r: s.get("restartPolicy", "OnFailure") for r, s in replica_specs.items()},
-        backoff_limit=int(run_policy.get("backoffLimit", JOB_DEFAULT_BACKOFF_LIMIT)),
+        restart_policy={
+            r: s.get("restartPolicy", PYTORCHJOB_DEFAULT_RESTART_POLICY)
+            for r, s in replica_specs.items()
+        },
+        # No default is applied: unset means no limit (common_types.go L210-212).
+        backoff_limit=None if backoff is None else int(backoff),
         elastic=elastic,
     )
 
@@ -245,22 +386,40 @@ def _merge(base: Any, patch: Any) -> Any:
     return copy.deepcopy(patch)
 
 
+def merge_resources(runtime: dict[str, Any], per_node: dict[str, Any]) -> dict[str, Any]:
+    """TR trainingruntime.go MergeResourceRequirements: limits and requests merged key by key,
+    the TrainJob's value winning; claims merged by name."""
+    merged: dict[str, Any] = {}
+    for section in ("limits", "requests"):
+        values = {**(runtime.get(section) or {}), **(per_node.get(section) or {})}
+        if values:
+            merged[section] = values
+    claims = _merge_by_name(runtime.get("claims") or [], per_node.get("claims") or [])
+    if claims:
+        merged["claims"] = claims
+    return merged
+
+
 def _cpu_count(quantity: Any) -> int:
     text = str(quantity)
     value = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
     return math.ceil(value)
 
 
-def _trainjob_nproc(trainer: dict[str, Any]) -> str:
+def _trainjob_nproc(trainer: dict[str, Any], runtime_resources: dict[str, Any]) -> str:
+    """TR torch.go L121-135: numProcPerNode; else from resourcesPerNode if set (alone, not
+    merged), else the runtime's: `auto` with a resource named like *gpu*, else the CPU count."""
     if trainer.get("numProcPerNode") is not None:
         return str(trainer["numProcPerNode"])
-    resources = trainer.get("resourcesPerNode") or {}
-    for section in ("limits", "requests"):
-        if any("gpu" in k for k in (resources.get(section) or {})):
+    resources = trainer.get("resourcesPerNode") or runtime_resources or {}
+    for section in ("requests", "limits"):
+        if any(
+            "gpu" in k.lower() and str(v) != "0" for k, v in (resources.get(section) or {}).items()
+        ):
             return "auto"
     for section in ("requests", "limits"):
         cpu = (resources.get(section) or {}).get("cpu")
-        if cpu is not None:
+        if cpu is not None and _cpu_count(cpu) > 0:
             return str(max(1, _cpu_count(cpu)))
     return "1"
 
@@ -291,34 +450,50 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
         raise ManifestError("TrainJob runtime: expected one replicatedJob for the trainer step")
     rjob = rjobs[0]
     template = rjob["template"]["spec"]["template"]
+    pod_spec = template.get("spec", {})
     container = _one_container(template, TRAINJOB_CONTAINER, "TrainJob")
+    runtime_resources = copy.deepcopy(container.get("resources") or {})
     trainer = spec.get("trainer") or {}
+    # builder.go Trainer L129-137: each of image, command, args replaces the runtime's alone
     for key in ("image", "command", "args"):
         if trainer.get(key) is not None:
             container[key] = copy.deepcopy(trainer[key])
     if trainer.get("env"):
         container["env"] = _merge_by_name(container.get("env", []), trainer["env"])
     if trainer.get("resourcesPerNode"):
-        container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+        container["resources"] = merge_resources(runtime_resources, trainer["resourcesPerNode"])
     nnodes = int(trainer.get("numNodes") or rspec.get("mlPolicy", {}).get("numNodes") or 1)
     master = f"{name}-{rjob['name']}-0-0.{name}"
-    operator_env = {
-        "PET_NNODES": str(nnodes),
-        "PET_NPROC_PER_NODE": _trainjob_nproc(trainer),
-        "PET_MASTER_ADDR": master,
-        "PET_MASTER_PORT": str(TRAINJOB_MASTER_PORT),
-    }
-    # PET_NODE_RANK is a fieldRef on the completion-index annotation, resolved per pod.
-    container["env"] = [
-        e for e in container.get("env", []) if e.get("name") not in operator_env
-    ] + [
-        {
-            "name": "PET_NODE_RANK",
-            "valueFrom": {
-                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+    operator_env: dict[str, str] = {}
+    if spec.get("trainer") is not None:  # PET_* only with a trainer (torch.go L139-143)
+        operator_env = injected(
+            TRAINER,
+            {
+                "PET_NNODES": "trainJob.spec.trainer != nil",
+                "PET_NPROC_PER_NODE": "trainJob.spec.trainer != nil",
+                "PET_MASTER_ADDR": "command != torchtune entrypoint",
+                "PET_MASTER_PORT": "command != torchtune entrypoint",
             },
-        }
-    ]
+            {
+                "PET_NNODES": str(nnodes),
+                "PET_NPROC_PER_NODE": _trainjob_nproc(trainer, runtime_resources),
+                "PET_MASTER_ADDR": master,
+                "PET_MASTER_PORT": str(TRAINJOB_MASTER_PORT),
+            },
+        )
+    # PET_NODE_RANK (torch.go) and the Job controller's JOB_COMPLETION_INDEX are fieldRefs on
+    # the completion index, resolved per pod.
+    table_row(TRAINER, "PET_NODE_RANK", "trainJob.spec.trainer != nil")
+    table_row(JOB_CONTROLLER, "JOB_COMPLETION_INDEX", "completionMode == Indexed")
+    index_ref = {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+    }
+    field_env = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": index_ref}]
+    if spec.get("trainer") is not None:
+        field_env.append({"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(index_ref)})
+    reserved = set(operator_env) | {e["name"] for e in field_env}
+    container["env"] = [e for e in container.get("env", []) if e.get("name") not in reserved]
+    container["env"] += field_env
     pods = []
     for index in range(nnodes):
         pod_name = f"{name}-{rjob['name']}-0-{index}"
@@ -331,35 +506,44 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
                 replica_type=rjob["name"],
                 index=index,
                 container=copy.deepcopy(container),
-                volumes=copy.deepcopy(template.get("spec", {}).get("volumes", [])),
+                volumes=copy.deepcopy(pod_spec.get("volumes", [])),
                 operator_env=dict(operator_env),
                 annotations={
                     **template.get("metadata", {}).get("annotations", {}),
                     COMPLETION_INDEX_ANNOTATION: str(index),
                 },
-                labels=dict(template.get("metadata", {}).get("labels", {})),
+                labels={
+                    **template.get("metadata", {}).get("labels", {}),
+                    COMPLETION_INDEX_ANNOTATION: str(index),
+                },
+                init_containers=copy.deepcopy(pod_spec.get("initContainers", [])),
+                security_context=copy.deepcopy(pod_spec.get("securityContext", {})),
+                termination_grace_seconds=_grace(pod_spec),
             )
         )
     batch_spec = rjob["template"]["spec"]
+    backoff = batch_spec.get("backoffLimit")
     return JobPlan(
         kind="TrainJob",
         name=name,
         pods=pods,
-        restart_policy={rjob["name"]: template.get("spec", {}).get("restartPolicy", "Never")},
-        backoff_limit=int(batch_spec.get("backoffLimit", 0)),
+        # JobSet defaults an empty pod restartPolicy to OnFailure; the Job API defaults
+        # backoffLimit to 6 (JobSet and Trainer set neither).
+        restart_policy={
+            rjob["name"]: pod_spec.get("restartPolicy") or JOBSET_DEFAULT_RESTART_POLICY
+        },
+        backoff_limit=JOB_DEFAULT_BACKOFF_LIMIT if backoff is None else int(backoff),
+        pod_failure_rules=copy.deepcopy(
+            (batch_spec.get("podFailurePolicy") or {}).get("rules", [])
+        ),
     )
 
 
+def _pod_failure_rules(job_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return copy.deepcopy((job_spec.get("podFailurePolicy") or {}).get("rules", []))
+
+
 # ---------------------------------------------------------------- Indexed Job (batch/v1)
-def _fail_job_codes(job_spec: dict[str, Any]) -> set[int]:
-    codes: set[int] = set()
-    for rule in (job_spec.get("podFailurePolicy") or {}).get("rules", []):
-        on_exit = rule.get("onExitCodes")
-        if rule.get("action") == "FailJob" and on_exit and on_exit.get("operator") == "In":
-            codes.update(int(v) for v in on_exit["values"])
-    return codes
-
-
 def indexedjob_plan(job: dict[str, Any]) -> JobPlan:
     name = job["metadata"]["name"]
     spec = job["spec"]
@@ -369,10 +553,17 @@ def indexedjob_plan(job: dict[str, Any]) -> JobPlan:
     if int(spec.get("parallelism", 1)) < completions:
         raise ManifestError(f"Job {name}: parallelism < completions; some ranks would never start")
     template = spec["template"]
-    containers = template["spec"]["containers"]
+    pod_spec = template["spec"]
+    containers = pod_spec["containers"]
     if len(containers) != 1:
         raise ManifestError(f"Job {name}: the emulation runs exactly one container per pod")
-    subdomain = template["spec"].get("subdomain", "")
+    restart = pod_spec.get("restartPolicy")
+    if restart not in ("Never", "OnFailure"):
+        raise ManifestError(f"Job {name}: template restartPolicy {restart!r}: Never or OnFailure")
+    if spec.get("podFailurePolicy") and restart != "Never":
+        raise ManifestError(f"Job {name}: podFailurePolicy needs restartPolicy Never")
+    subdomain = pod_spec.get("subdomain", "")
+    table_row(JOB_CONTROLLER, "JOB_COMPLETION_INDEX", "completionMode == Indexed")
     pods = []
     for index in range(completions):
         hostname = f"{name}-{index}"  # the Job controller sets hostname = <job>-<index>
@@ -385,7 +576,7 @@ def indexedjob_plan(job: dict[str, Any]) -> JobPlan:
                 replica_type="index",
                 index=index,
                 container=copy.deepcopy(containers[0]),
-                volumes=copy.deepcopy(template["spec"].get("volumes", [])),
+                volumes=copy.deepcopy(pod_spec.get("volumes", [])),
                 operator_env={"JOB_COMPLETION_INDEX": str(index)},
                 annotations={
                     **template.get("metadata", {}).get("annotations", {}),
@@ -396,15 +587,19 @@ def indexedjob_plan(job: dict[str, Any]) -> JobPlan:
                     COMPLETION_INDEX_ANNOTATION: str(index),
                     "batch.kubernetes.io/job-name": name,
                 },
+                init_containers=copy.deepcopy(pod_spec.get("initContainers", [])),
+                security_context=copy.deepcopy(pod_spec.get("securityContext", {})),
+                termination_grace_seconds=_grace(pod_spec),
             )
         )
+    backoff = spec.get("backoffLimit")
     return JobPlan(
         kind="IndexedJob",
         name=name,
         pods=pods,
-        restart_policy={"index": template["spec"].get("restartPolicy", "Never")},
-        backoff_limit=int(spec.get("backoffLimit", JOB_DEFAULT_BACKOFF_LIMIT)),
-        fail_job_exit_codes=_fail_job_codes(spec),
+        restart_policy={"index": restart},
+        backoff_limit=JOB_DEFAULT_BACKOFF_LIMIT if backoff is None else int(backoff),
+        pod_failure_rules=_pod_failure_rules(spec),
     )
 
 
@@ -444,7 +639,9 @@ def resolve_field_ref(path: str, pod: PodPlan, namespace: str, pod_ip: str) -> s
     match = _FIELD_REF.match(path)
     if match:
         source = pod.annotations if match.group(1) == "annotations" else pod.labels
-        return source.get(match.group(2), "")
+        if match.group(2) not in source:
+            raise ManifestError(f"fieldRef {path!r}: pod {pod.name} has no such {match.group(1)}")
+        return source[match.group(2)]
     raise ManifestError(f"fieldRef {path!r} is not emulated")
 
 

@@ -1,18 +1,38 @@
-"""The emulated operators' rules on hand-written manifests (no processes, no root)."""
+"""The emulated operators' rules on hand-written and rendered manifests (no processes, no
+root): the pods and env they create, and what their controllers do when a container ends."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 from cluster import EmulatedCluster
+from controllers import (
+    FAIL,
+    RECREATE,
+    RESTART_IN_PLACE,
+    Counters,
+    Ended,
+    decide,
+    restricted_violations,
+)
 from operator_env import (
+    INIT_CONTAINER_NAME,
+    TABLE_FILE,
+    JobPlan,
     ManifestError,
     container_env,
     indexedjob_plan,
+    plan_from_documents,
     pytorchjob_plan,
+    table,
     trainjob_plan,
 )
+
+from kubeddp.trainer import exit_codes
+from tests.helpers.reference import ENV_MATRIX
+from tests.helpers.render import render_job
 
 
 def _template(port: int | None = None, env: list | None = None) -> dict:
@@ -100,7 +120,7 @@ def test_indexed_job_resolves_field_refs_and_expands_vars() -> None:
             "completionMode": "Indexed",
             "completions": 2,
             "parallelism": 2,
-            "template": {"spec": {"subdomain": "svc", "containers": [{
+            "template": {"spec": {"subdomain": "svc", "restartPolicy": "Never", "containers": [{
                 "name": "trainer",
                 "env": [
                     {"name": "IDX", "valueFrom": {"fieldRef": {"fieldPath":
@@ -122,3 +142,175 @@ def test_paths_in_args_are_rewritten_to_volume_dirs(tmp_path: Path) -> None:
     assert rewrite("/etc/kubeddp/config.yaml", mounts) == f"{tmp_path}/cm/config.yaml"
     assert rewrite("checkpoint.dir=/checkpoints", mounts) == f"checkpoint.dir={tmp_path}/ck"
     assert rewrite("/checkpointsX", mounts) == "/checkpointsX"
+
+
+# ---- the operator table: the project's own copy of what each operator injects -------------
+
+
+def test_operator_table_rows_cite_their_upstream_file() -> None:
+    for row in table():
+        assert row["source_path"] and row["source_ref"], row
+        assert row["operator"] and row["env_var"] and row["condition"], row
+
+
+@pytest.mark.skipif(not ENV_MATRIX.is_file(), reason=f"reference env matrix not at {ENV_MATRIX}")
+def test_operator_table_agrees_with_the_reference_matrix() -> None:
+    with ENV_MATRIX.open(newline="") as handle:
+        reference = list(csv.DictReader(handle))
+    ours = {tuple(row.items()) for row in table()}
+    missing = [row for row in reference if tuple(row.items()) not in ours]
+    assert not missing, f"{TABLE_FILE.name} lacks or differs from the matrix on: {missing}"
+
+
+# ---- TrainJob (Trainer v2.3 + JobSet): restarts in place, backoffLimit 6, merged resources --
+
+
+def _trainjob(trainer: dict) -> dict:
+    return {
+        "metadata": {"name": "tj"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
+    }
+
+
+def _runtime(resources: dict) -> dict:
+    return {
+        "metadata": {"name": "torch-distributed"},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                            "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [
+                        {"name": "node", "image": "x", "resources": resources}
+                    ]}}},
+                },
+            }]}},
+        },
+    }  # fmt: skip
+
+
+def _fail_n_times(plan: JobPlan, code: int, times: int) -> list[str]:
+    counters = Counters()
+    return [decide(plan, counters, Ended(plan.pods[0], code)).action for _ in range(times)]
+
+
+def test_trainjob_pods_restart_in_place_until_the_jobs_backoff_limit_of_six() -> None:
+    plan = trainjob_plan(_trainjob({"numNodes": 2}))
+    assert plan.restart_policy == {"node": "OnFailure"}  # JobSet's default, the runtime has none
+    assert plan.backoff_limit == 6  # the Job API default; neither JobSet nor Trainer sets one
+    # Restarts of all pods add up: five restarts in place, the sixth fails the job (any code).
+    assert _fail_n_times(plan, exit_codes.TRAINING_FAILED, 6) == [RESTART_IN_PLACE] * 5 + [FAIL]
+
+
+def test_trainjob_resources_merge_with_the_runtime_and_nproc_reads_resources_per_node() -> None:
+    runtime = _runtime({"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "2"}})
+    job = _trainjob({"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": "3500m"}}})
+    plan = trainjob_plan(job, runtime)
+    pod = plan.pods[0]
+    assert pod.container["resources"] == {
+        "limits": {"nvidia.com/gpu": 1},  # kept from the runtime
+        "requests": {"cpu": "3500m"},  # the TrainJob's value wins per key
+    }
+    # resourcesPerNode alone decides: no GPU named there, so the CPU count (rounded up)
+    env = container_env(pod, "default", "198.51.100.5")
+    assert env["PET_NPROC_PER_NODE"] == "4"
+    assert env["JOB_COMPLETION_INDEX"] == env["PET_NODE_RANK"] == "0"
+    # numProcPerNode, when given, is what the workers get
+    job["spec"]["trainer"]["numProcPerNode"] = 1
+    assert trainjob_plan(job, runtime).pods[0].operator_env["PET_NPROC_PER_NODE"] == "1"
+
+
+def test_trainjob_pods_carry_job_completion_index() -> None:
+    plan = trainjob_plan(_trainjob({"numNodes": 3}))
+    env = container_env(plan.pods[2], "default", "198.51.100.7")
+    assert env["JOB_COMPLETION_INDEX"] == "2"
+
+
+# ---- PyTorchJob (training-operator v1.9): ExitCode, backoffLimit ----------------------------
+
+
+def _workers_job(policy: str, backoff: int | None) -> JobPlan:
+    job = _pytorchjob({}, master=False, workers=3)
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = policy
+    if backoff is not None:
+        job["spec"]["runPolicy"] = {"backoffLimit": backoff}
+    return pytorchjob_plan(job)
+
+
+def test_exit_code_recreations_never_count_against_backoff_limit() -> None:
+    plan = _workers_job("ExitCode", backoff=1)
+    assert _fail_n_times(plan, exit_codes.PEER_FAILED, 10) == [RECREATE] * 10
+    assert _fail_n_times(plan, exit_codes.KILLED, 3) == [RECREATE] * 3
+    assert _fail_n_times(plan, exit_codes.TRAINING_FAILED, 1) == [FAIL]
+    # An init container that failed: `pytorch` never terminated, judged as 0xbeef (retryable).
+    assert decide(plan, Counters(), Ended(plan.pods[1], None)).action == RECREATE
+
+
+def test_backoff_limit_zero_fails_at_the_first_failed_pod() -> None:
+    assert _fail_n_times(_workers_job("ExitCode", backoff=0), exit_codes.KILLED, 1) == [FAIL]
+
+
+def test_unset_pytorchjob_backoff_limit_is_unlimited() -> None:
+    plan = _workers_job("OnFailure", backoff=None)
+    assert plan.backoff_limit is None
+    assert _fail_n_times(plan, exit_codes.TRAINING_FAILED, 20) == [RESTART_IN_PLACE] * 20
+
+
+def test_on_failure_restarts_in_place_count_against_backoff_limit() -> None:
+    plan = _workers_job("OnFailure", backoff=3)
+    assert _fail_n_times(plan, exit_codes.KILLED, 3) == [RESTART_IN_PLACE] * 2 + [FAIL]
+
+
+# ---- rendered jobs: the Worker-only shape, the init container, the Indexed Job's policy ----
+
+
+def test_a_master_makes_the_operator_add_init_pytorch_to_every_worker() -> None:
+    plan = plan_from_documents(render_job("pytorchjob", "--name", "m", "--nodes", "3",
+                                          "--master-replica"))  # fmt: skip
+    inits = {p.name: [c["name"] for c in p.init_containers] for p in plan.pods}
+    assert inits == {"m-master-0": [], "m-worker-0": [INIT_CONTAINER_NAME],
+                     "m-worker-1": [INIT_CONTAINER_NAME]}  # fmt: skip
+    worker = plan.pods[1]
+    assert "nslookup m-master-0" in worker.init_containers[0]["command"][-1]
+    # No securityContext: a namespace enforcing `restricted` rejects the Workers, not the Master.
+    assert restricted_violations(plan.pods[0]) == []
+    violations = restricted_violations(worker)
+    assert violations and all(f'"{INIT_CONTAINER_NAME}"' in v for v in violations), violations
+
+
+def test_the_default_pytorchjob_is_workers_only_admitted_by_restricted() -> None:
+    plan = plan_from_documents(render_job("pytorchjob", "--name", "w", "--nodes", "3"))
+    assert [p.name for p in plan.pods] == ["w-worker-0", "w-worker-1", "w-worker-2"]
+    for pod in plan.pods:
+        assert pod.init_containers == [] and restricted_violations(pod) == []
+        env = container_env(pod, "default", "198.51.100.9")
+        assert env["KUBEDDP_NODE_RANK"] == str(pod.index)  # the replica-index label
+        assert env["PET_NNODES"] == env["KUBEDDP_NNODES"] == "3"
+        assert "MASTER_ADDR" not in env and "RANK" not in env
+    assert plan.pods[0].labels["training.kubeflow.org/job-role"] == "master"
+    assert plan.backoff_limit == 3 and plan.restart_policy == {"Worker": "ExitCode"}
+
+
+def test_indexed_job_policy_ignores_a_preemptions_cascade_and_counts_the_rest() -> None:
+    plan = plan_from_documents(render_job("indexedjob", "--name", "ij", "--nodes", "6"))
+    assert plan.backoff_limit == 3
+    counters = Counters()
+    pods = plan.pods
+
+    def action(pod: int, code: int | None, *conditions: str) -> str:
+        return decide(plan, counters, Ended(pods[pod], code, set(conditions))).action
+
+    # One preemption: the preempted pod (DisruptionTarget, SIGKILLed after the grace) and the
+    # codes its five peers end with are not counted, however often it happens.
+    for _ in range(3):
+        assert action(2, exit_codes.KILLED, "DisruptionTarget") == RECREATE
+        for pod in (0, 1, 3, 4, 5):
+            for code in exit_codes.CASCADE:
+                assert action(pod, code) == RECREATE
+    assert counters.failed == 0
+    # The program's own error ends the job at once.
+    assert action(0, exit_codes.TRAINING_FAILED) == FAIL
+    # A pod's own retryable failure (OOM) counts: the fourth exceeds backoffLimit 3.
+    assert [action(1, exit_codes.KILLED) for _ in range(4)] == [RECREATE] * 3 + [FAIL]

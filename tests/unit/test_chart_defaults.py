@@ -71,7 +71,7 @@ def test_app_version_is_the_kubeddp_version() -> None:
         "repository": N.IMAGE_REPOSITORY,
         "tag": "",  # "" = appVersion: the default image is the kubeddp release
         "digest": "",
-        "pullPolicy": "IfNotPresent",
+        "pullPolicy": None,  # null = IfNotPresent where the kind has the field (not TrainJob)
     }
 
 
@@ -103,7 +103,16 @@ def test_defaults_are_the_designed_ones() -> None:
     assert values["gpusPerNode"] == 0
     assert values["elastic"]["maxRestarts"] == 3
     assert values["elastic"]["rdzvId"] == ""  # "" = the job name
-    assert values["checkpoints"]["accessMode"] == "ReadWriteMany"
+    # Progress survives pod recreation by default: a claim is created (ReadWriteMany for
+    # several pods, ReadWriteOnce for one); an emptyDir only when asked for by name.
+    assert values["checkpoints"] == {
+        "existingClaim": "",
+        "size": None,
+        "storageClassName": "",
+        "accessMode": None,
+        "lostOnRetry": False,
+    }
+    assert values["pytorchJob"] == {"masterReplica": False}  # Workers only: no init-pytorch
     assert values["trainJob"] == {
         "runtimeName": "torch-distributed",
         "runtimeKind": "ClusterTrainingRuntime",

@@ -82,7 +82,11 @@ def test_every_pod_agrees_on_the_world(values_file: Path) -> None:
         )
         for index, pod in enumerate(plan.pods)
     ]
-    expected_source = "pytorchjob-elastic" if plan.elastic else SOURCES[plan.kind]
+    expected_source = SOURCES[plan.kind]
+    if plan.elastic:
+        expected_source = "pytorchjob-elastic"
+    elif plan.kind == "PyTorchJob" and "Master" not in {p.replica_type for p in plan.pods}:
+        expected_source = "pytorchjob-workers"  # the default shape: no Master, no init-pytorch
     assert {p.source for p in plans} == {expected_source}
     assert {p.nnodes for p in plans} == (
         {f"{values['elastic']['minNodes']}:{values['elastic']['maxNodes']}"}

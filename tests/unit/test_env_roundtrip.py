@@ -1,8 +1,9 @@
 """Env round trip: the env each operator would inject into each pod of a rendered job, fed to
 `kubeddp launch --dry-run`, gives one consistent rendezvous across the pods.
 
-The operator env is computed here from the rules in ../shared/reference/kubeflow-env-matrix.csv
-(Training Operator v1.9 PyTorchJob, Trainer v2.3 torch runtime, batch/v1 Indexed Job),
+The operator env is computed here from the rules in the reference kubeflow-env-matrix.csv
+($KUBEDDP_REFERENCE_DIR; Training Operator v1.9 PyTorchJob, Trainer v2.3 torch runtime, batch/v1
+Indexed Job),
 independent of kubeddp's code: only the rendered manifest is an input.
 """
 
@@ -19,10 +20,11 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.helpers import reference
 from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
-ENV_MATRIX = REPO / ".." / "shared" / "reference" / "kubeflow-env-matrix.csv"
+ENV_MATRIX = reference.ENV_MATRIX
 KUBEDDP = Path(sys.executable).with_name("kubeddp")
 # What every pod gets from the kubelet, whatever the operator.
 POD_BASE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
@@ -33,8 +35,17 @@ pytestmark = [
 ]
 
 
-def container_env(container: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+def container_env(container: dict, labels: dict[str, str] | None = None) -> dict[str, str]:
+    """Literal values, and downward-API references to the pod's labels (`labels`)."""
+    env = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        elif labels is not None and "fieldRef" in entry.get("valueFrom", {}):
+            path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            key = path.removeprefix("metadata.labels['").removesuffix("']")
+            env[entry["name"]] = labels[key]
+    return env
 
 
 def named_port(container: dict, name: str, default: int) -> int:
@@ -94,7 +105,12 @@ def pytorchjob_pods(job: dict) -> list[dict[str, str]]:
                     env["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
                 if "rdzvId" in elastic:
                     env["PET_RDZV_ID"] = elastic["rdzvId"]
-            pods.append({**POD_BASE_ENV, **container_env(container), **env})
+            # pod.go: every pod is labelled with its replica type and index
+            labels = {
+                "training.kubeflow.org/replica-type": rtype.lower(),
+                "training.kubeflow.org/replica-index": str(index),
+            }
+            pods.append({**POD_BASE_ENV, **container_env(container, labels), **env})
     return pods
 
 
@@ -177,6 +193,19 @@ JOBS = {
     "pytorchjob-single": Case(
         ("pytorchjob", "--name", "one", "--nodes", "1", "--nproc-per-node", "4"), nproc=4
     ),
+    "pytorchjob-master-3": Case(
+        (
+            "pytorchjob",
+            "--name",
+            "ptm",
+            "--nodes",
+            "3",
+            "--nproc-per-node",
+            "2",
+            "--master-replica",
+        ),
+        nproc=2,
+    ),  # fmt: skip
     "pytorchjob-elastic": Case(
         ("pytorchjob", "--name", "el", "--elastic", "2:4", "--nproc-per-node", "2"),
         elastic=(2, 4),

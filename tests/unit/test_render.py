@@ -1,5 +1,6 @@
 """`kubeddp render`: a matrix of options renders manifests that pass validation, with the
-defaults the design promises (restricted PSS, container names, ports, /dev/shm, Master 1).
+defaults the design promises (restricted PSS, container names, ports, /dev/shm, Workers only or
+Master 1, checkpoints on a claim).
 How each option maps onto a chart value is tested in test_render_options.py."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ FEATURES = {
     "plain": [],
     "pvc": ["--checkpoint-size", "10Gi", "--storage-class", "fast"],
     "claim": ["--checkpoint-pvc", "shared-ckpt"],
+    "emptydir": ["--checkpoints-lost-on-retry"],
     "config": ["--set", "train.max_steps=5", "--set", "workload.name=regression"],
     "kueue": ["--queue", "team-a"],
     "podmonitor": ["--podmonitor", "--podmonitor-label", "release=kube-prometheus-stack"],
@@ -37,6 +39,7 @@ FEATURES = {
     "env-sa": ["--env", "NCCL_DEBUG=INFO", "--service-account", "trainer", "--no-istio-opt-out"],
 }
 PYTORCHJOB_ONLY = {
+    "master": ["--master-replica"],
     "gang": ["--gang", "volcano", "--priority-class", "high"],
     "policies": [
         "--restart-policy",
@@ -101,7 +104,7 @@ def argv_for(kind: str, shape: str, feature: str) -> list[str]:
     return [kind, *SHAPES[shape], *options]
 
 
-def by_kind(docs: list[dict]) -> dict[str, dict]:
+def by_kind(docs) -> dict[str, dict]:
     return {doc["kind"]: doc for doc in docs}
 
 
@@ -130,9 +133,16 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
             N.LABEL_MANAGED_BY,
             N.LABEL_COMPONENT,
         }
+    claim = feature != "emptydir"  # a claim unless asked otherwise: retries keep progress
+    pvcs = [doc for doc in docs if doc["kind"] == "PersistentVolumeClaim"]
+    assert len(pvcs) == (claim and feature != "claim")
     for template in pod_templates(job):
         pod = template["spec"]
-        assert pod["securityContext"] == RESTRICTED_POD
+        # OnRootMismatch: no recursive chown of a large checkpoint claim at each pod start
+        on_claim = {"fsGroupChangePolicy": "OnRootMismatch"} if claim else {}
+        assert pod["securityContext"] == {**RESTRICTED_POD, **on_claim}
+        checkpoints = {v["name"]: v for v in pod["volumes"]}["checkpoints"]
+        assert ("persistentVolumeClaim" in checkpoints) is claim, checkpoints
         assert pod["terminationGracePeriodSeconds"] == N.TERMINATION_GRACE_PERIOD_SECONDS
         assert pod["terminationGracePeriodSeconds"] > C.PREEMPT_GRACE_SECONDS
         (container,) = pod["containers"]
@@ -166,18 +176,59 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
         assert label in monitor["spec"]["podTargetLabels"]
     if feature == "kueue":
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    if feature == "pvc":
-        pvc = by_kind(docs)["PersistentVolumeClaim"]
+    if pvcs:
+        (pvc,) = pvcs
+        nodes = 4 if shape == "elastic" else int(SHAPES[shape][1])
         assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany" if nodes > 1 else "ReadWriteOnce"]
+    if kind == "trainjob":  # the count kubeddp means, never the runtime's CPU-derived default
+        gpus = 8 if shape == "gpu" else 0
+        assert job["spec"]["trainer"]["numProcPerNode"] == (gpus or 1)
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
+    """No Master: training-operator v1.9 adds no init-pytorch container; worker-0 is rank 0."""
+    job = by_kind(render(["pytorchjob", "--name", "pt", "--nodes", str(nodes)], capsys))
+    replicas = job["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]
+    assert list(replicas) == ["Worker"]
+    assert replicas["Worker"]["replicas"] == nodes
+    assert replicas["Worker"]["restartPolicy"] == "ExitCode"
+    (container,) = replicas["Worker"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {
+        C.ENV_INDEXEDJOB_MASTER_ADDR: "pt-worker-0",
+        C.ENV_INDEXEDJOB_MASTER_PORT: str(C.PYTORCHJOB_PORT),
+        C.ENV_INDEXEDJOB_NNODES: str(nodes),
+        C.ENV_NODE_RANK: {
+            "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
+        },
+    }
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("nodes", "workers"), [(1, None), (2, 1), (5, 4)])
 def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, workers, capsys):
-    job = by_kind(render(["pytorchjob", "--nodes", str(nodes)], capsys))["PyTorchJob"]
-    replicas = job["spec"]["pytorchReplicaSpecs"]
+    argv = ["render", "pytorchjob", "--nodes", str(nodes), "--master-replica"]
+    assert main([*argv, "--validate-against", "offline"]) == 0
+    out, err = capsys.readouterr()
+    replicas = by_kind(yaml.safe_load_all(out))["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1
     assert replicas["Master"]["restartPolicy"] == "ExitCode"
     assert replicas.get("Worker", {}).get("replicas") == workers
+    for replica in replicas.values():
+        (container,) = replica["template"]["spec"]["containers"]
+        assert "env" not in container  # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...
+    # One line: what the operator adds, what breaks, and both fixes.
+    (warning,) = [line for line in err.splitlines() if "warning" in line]
+    for word in ("init-pytorch", "restricted", "air-gapped", "--pytorch-init-container-image",
+                 "--pytorch-init-container-template-file", "leave the Master out"):  # fmt: skip
+        assert word in warning, warning
+
+
+def test_checkpoints_on_one_pod_are_read_write_once(capsys):
+    docs = by_kind(render(["indexedjob", "--nodes", "1"], capsys))
+    assert docs["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]
 
 
 def test_elastic_pytorchjob_has_only_workers_and_c10d(capsys):
@@ -221,13 +272,19 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
         C.ENV_INDEXEDJOB_NPROC: "2",
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
-    codes = job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"]
-    assert exit_codes.PREEMPTED not in codes and 1 in codes
-    assert codes == list(range(1, 128))  # the program's own failures; signals are retried
-    assert job["spec"]["podFailurePolicy"]["rules"][0] == {
-        "action": "Ignore",
-        "onPodConditions": [{"type": "DisruptionTarget"}],
-    }
+    ignored, counted, failing = job["spec"]["podFailurePolicy"]["rules"]
+    # The preempted pod (DisruptionTarget) and what its peers end with are not counted...
+    assert ignored == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert counted["action"] == "Ignore" and counted["onExitCodes"]["operator"] == "In"
+    assert counted["onExitCodes"]["values"] == [
+        exit_codes.PREEMPTED,
+        exit_codes.RDZV_UNREACHABLE,
+        exit_codes.PEER_FAILED,
+    ]  # sorted, as the API requires
+    # ... the program's own failures end the job; the rest (KILLED, crashes) are counted.
+    assert failing["action"] == "FailJob"
+    assert failing["onExitCodes"]["values"] == list(range(1, 128))
+    assert exit_codes.KILLED not in counted["onExitCodes"]["values"]
 
 
 def test_trainjob_uses_torch_distributed_runtime(capsys):

@@ -38,6 +38,8 @@ class JobKind:
     replica_lines: Callable[[dict], list[str]]  # status -> lines for `kubeddp status`
     replica_selector: Callable[[str], str]  # `kubeddp logs --replica R` -> label selector
     admission_issues: Callable[[dict], list[Issue]]  # the operator's webhook rules
+    # accepted, but likely to fail on some clusters: printed, the manifest is still valid
+    warnings: Callable[[dict], list[Issue]] = lambda doc: []
     schema_issues: Callable[[dict], list[Issue]] | None = None  # offline; None: core schemas
     install_hint: str = ""  # how to install the operator (when the API is missing)
     rendezvous_port_name: str = ""  # "" when the runtime, not kubeddp, declares the port

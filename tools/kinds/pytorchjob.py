@@ -1,4 +1,5 @@
-"""PyTorchJob (Kubeflow Training Operator v1): Master + Workers, or elastic Workers only.
+"""PyTorchJob (Kubeflow Training Operator v1): Workers only (static or elastic), or a Master and
+Workers.
 
 The admission rules are written from the Training Operator v1.9 PyTorchJob webhook, so
 `kubeddp validate` reports them before `kubectl apply` would fail (or, for enums the CRD leaves
@@ -35,22 +36,38 @@ ONLY_FOR_PYTORCHJOB = {
     "elastic.enabled": "its node count is fixed; use kind PyTorchJob for an elastic job",
     "gang.scheduler": "use `kueue.queueName` to admit the job as a whole",
     "cleanPodPolicy": "it is a PyTorchJob field; leave it null",
+    "pytorchJob.masterReplica": "it is a PyTorchJob replica; leave it false",
 }
 
 
-def _master_issues(replicas: dict) -> list[Issue]:
+def _static_issues(replicas: dict) -> list[Issue]:
+    """Not elastic: Workers only (the webhook needs no Master), or exactly one Master."""
     master = replicas.get("Master")
-    if not isinstance(master, dict):
-        return [
-            (f"{REPLICAS}.Master", "is missing; a non-elastic PyTorchJob needs exactly one Master")
-        ]
-    if master.get("replicas") != 1:
-        return [
-            (
-                f"{REPLICAS}.Master.replicas",
-                f"is {master.get('replicas')!r}; write replicas: 1 explicitly",
-            )
-        ]
+    if master is None:
+        if not isinstance(replicas.get("Worker"), dict):
+            return [(REPLICAS, "has neither Master nor Worker; add Workers (or a Master)")]
+        return []
+    if not isinstance(master, dict) or master.get("replicas") != 1:
+        found = master.get("replicas") if isinstance(master, dict) else master
+        return [(f"{REPLICAS}.Master.replicas", f"is {found!r}; write replicas: 1 explicitly")]
+    return []
+
+
+INIT_CONTAINER_WARNING = (
+    "training-operator v1.9 adds its init-pytorch container (image alpine:3.10, nslookup, no "
+    "securityContext) to every Worker of a job with a Master: a namespace enforcing Pod "
+    "Security `restricted` rejects those pods and an air-gapped cluster cannot pull the image; "
+    "leave the Master out (kubeddp's default: Workers only, worker-0 is rank 0), or have the "
+    "operator run with --pytorch-init-container-image (a mirrored image) and "
+    "--pytorch-init-container-template-file (a template with a securityContext)"
+)
+
+
+def warnings(doc: dict) -> list[Issue]:
+    """Accepted by the operator, but likely to fail on a locked-down cluster."""
+    replicas = mapping(mapping(doc.get("spec")).get("pytorchReplicaSpecs"))
+    if "Master" in replicas:
+        return [(f"{REPLICAS}.Master", INIT_CONTAINER_WARNING)]
     return []
 
 
@@ -122,7 +139,7 @@ def admission_issues(doc: dict) -> list[Issue]:
         issues.append((REPLICAS, "is empty; add a Master (and Workers) or, for elastic, Workers"))
     elastic = spec.get("elasticPolicy")
     if elastic is None:
-        issues += _master_issues(replicas)
+        issues += _static_issues(replicas)
     else:
         issues += _elastic_issues(spec, mapping(elastic), replicas)
     for key, replica in replicas.items():
@@ -164,8 +181,18 @@ KIND = JobKind(
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{REPLICA_TYPE_LABEL}={replica.lower()}",
     admission_issues=admission_issues,
+    warnings=warnings,
     schema_issues=schema_checks.pytorchjob_sdk_issues,
     install_hint=INSTALL,
     restart_policies=RESTART_POLICIES,
-    chart_facts={"gangSchedulers": GANG_SCHEDULERS, "elasticRdzvBackend": ELASTIC_RDZV_BACKEND},
+    chart_facts={
+        "gangSchedulers": GANG_SCHEDULERS,
+        "elasticRdzvBackend": ELASTIC_RDZV_BACKEND,
+        # Workers only: kubeddp's own rendezvous env (the operator sets no master for it)
+        "masterAddrEnv": trainer.ENV_INDEXEDJOB_MASTER_ADDR,
+        "masterPortEnv": trainer.ENV_INDEXEDJOB_MASTER_PORT,
+        "nnodesEnv": trainer.ENV_INDEXEDJOB_NNODES,
+        "nodeRankEnv": trainer.ENV_NODE_RANK,
+        "replicaIndexLabel": REPLICA_INDEX_LABEL,
+    },
 )

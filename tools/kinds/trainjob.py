@@ -115,6 +115,8 @@ KIND = JobKind(
         "backoffLimit": NO_RUNTIME_PATCH,
         "ttlSecondsAfterFinished": NO_RUNTIME_PATCH,
         "priorityClassName": NO_RUNTIME_PATCH,
+        "image.pullPolicy": "Trainer v2.3 has no field for it (trainer.image only, and "
+        "runtimePatches cannot set it): the runtime's container decides; leave it unset",
     },
     chart_facts={
         "replicatedJob": REPLICATED_JOB,

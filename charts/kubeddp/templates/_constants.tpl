@@ -34,6 +34,13 @@ firstRetryableExitCode: 128
 defaultRestartPolicy: ExitCode
 defaultBackoffLimit: 3
 defaultCleanPodPolicy: Running
+defaultImagePullPolicy: IfNotPresent
+defaultCheckpointSize: 10Gi
+cpuNprocEnv: KUBEDDP_CPU_NPROC
+cascadeExitCodes:
+  - 143
+  - 200
+  - 201
 kubeddpManaged: kubeddp
 jobNamePattern: ^[a-z]([-a-z0-9]*[a-z0-9])?$
 maxJobNameLength: 40
@@ -64,6 +71,11 @@ kinds:
       volcano: volcano
       scheduler-plugins: scheduler-plugins-scheduler
     elasticRdzvBackend: c10d
+    masterAddrEnv: KUBEDDP_MASTER_ADDR
+    masterPortEnv: KUBEDDP_MASTER_PORT
+    nnodesEnv: KUBEDDP_NNODES
+    nodeRankEnv: KUBEDDP_NODE_RANK
+    replicaIndexLabel: training.kubeflow.org/replica-index
   TrainJob:
     apiVersion: trainer.kubeflow.org/v1alpha1
     resourceKind: TrainJob
@@ -82,10 +94,12 @@ kinds:
       elastic.enabled: its node count is fixed; use kind PyTorchJob for an elastic job
       gang.scheduler: use `kueue.queueName` to admit the job as a whole
       cleanPodPolicy: it is a PyTorchJob field; leave it null
+      pytorchJob.masterReplica: it is a PyTorchJob replica; leave it false
       restartPolicy: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       backoffLimit: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
+      image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org
@@ -112,6 +126,7 @@ kinds:
       elastic.enabled: its node count is fixed; use kind PyTorchJob for an elastic job
       gang.scheduler: use `kueue.queueName` to admit the job as a whole
       cleanPodPolicy: it is a PyTorchJob field; leave it null
+      pytorchJob.masterReplica: it is a PyTorchJob replica; leave it false
     masterAddrEnv: KUBEDDP_MASTER_ADDR
     masterPortEnv: KUBEDDP_MASTER_PORT
     nnodesEnv: KUBEDDP_NNODES

@@ -130,6 +130,27 @@ annotations:
 {{- else }}auto{{ end }}
 {{- end }}
 
+{{/* the process count the job means: nprocPerNode when a count, else the GPUs per node, else
+the CPU default (env KUBEDDP_CPU_NPROC, else 1) */}}
+{{- define "kubeddp.nprocCount" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $nproc := include "kubeddp.nproc" . }}
+{{- $cpu := toString (get .Values.env $c.cpuNprocEnv | default "") }}
+{{- if regexMatch "^[0-9]+$" $nproc }}{{ $nproc }}
+{{- else if regexMatch "^[1-9][0-9]*$" $cpu }}{{ $cpu }}
+{{- else }}1{{ end }}
+{{- end }}
+
+{{- define "kubeddp.pullPolicy" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- default $c.defaultImagePullPolicy .Values.image.pullPolicy }}
+{{- end }}
+
+{{/* "true" when /checkpoints is a claim (the default): the job keeps its progress across pods */}}
+{{- define "kubeddp.checkpointClaimMounted" -}}
+{{- if or .Values.checkpoints.existingClaim (not .Values.checkpoints.lostOnRetry) }}true{{ end }}
+{{- end }}
+
 {{- define "kubeddp.restartPolicy" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- default $c.defaultRestartPolicy .Values.restartPolicy }}

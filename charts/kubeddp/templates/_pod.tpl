@@ -42,11 +42,11 @@ annotations:
   configMap:
     name: {{ include "kubeddp.configMapName" . }}
 - name: checkpoints
-{{- if or .Values.checkpoints.existingClaim .Values.checkpoints.size }}
+{{- if include "kubeddp.checkpointClaimMounted" . }}
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
 {{- else }}
-  emptyDir: {}
+  emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
 - name: dshm
   emptyDir:
@@ -91,12 +91,19 @@ annotations:
 {{- end }}
 
 {{/* env: the kind's own entries (.env, in the order .envOrder) where values.env may replace
-a value in place, then the rest of values.env, then extraEnv */}}
+a value in place, its downward-API entries (.fieldEnv: name -> fieldPath), then the rest of
+values.env, then extraEnv */}}
 {{- define "kubeddp.env" -}}
 {{- $root := .root }}
 {{- range $name := .envOrder }}
 - name: {{ $name }}
   value: {{ get $root.Values.env $name | default (index $.env $name) | quote }}
+{{- end }}
+{{- range $name, $path := .fieldEnv }}
+- name: {{ $name }}
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ $path | quote }}
 {{- end }}
 {{- range $name, $value := $root.Values.env }}
 {{- if not (has $name $.envOrder) }}
@@ -116,7 +123,7 @@ a value in place, then the rest of values.env, then extraEnv */}}
 {{- $k := index $c.kinds $root.Values.kind }}
 - name: {{ $k.container }}
   image: {{ include "kubeddp.image" $root }}
-  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  imagePullPolicy: {{ include "kubeddp.pullPolicy" $root }}
   args:
     {{- include "kubeddp.args" $root | trim | nindent 4 }}
   {{- with (include "kubeddp.env" .) }}
@@ -133,6 +140,16 @@ a value in place, then the rest of values.env, then extraEnv */}}
     {{- toYaml $root.Values.securityContext | nindent 4 }}
   volumeMounts:
     {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
+{{- end }}
+
+{{/* podSecurityContext; on a mounted claim, fsGroupChangePolicy OnRootMismatch unless set:
+the kubelet then skips the recursive chown of a large checkpoint volume at every pod start */}}
+{{- define "kubeddp.podSecurityContext" -}}
+{{- $context := deepCopy .Values.podSecurityContext }}
+{{- if and (include "kubeddp.checkpointClaimMounted" .) (not (hasKey $context "fsGroupChangePolicy")) }}
+{{- $_ := set $context "fsGroupChangePolicy" "OnRootMismatch" }}
+{{- end }}
+{{- toYaml $context }}
 {{- end }}
 
 {{/* Pod placement shared by the pod spec and the TrainJob runtime patch */}}
@@ -180,7 +197,7 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   securityContext:
-    {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+    {{- include "kubeddp.podSecurityContext" $root | trim | nindent 4 }}
   terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds | int }}
   {{- with (include "kubeddp.placement" $root) }}
   {{- . | trim | nindent 2 }}

@@ -40,11 +40,20 @@ backticks, which render turns into its options, and says how to fix it.
 {{- fail (printf "`nodes` (%d) is outside `elastic.minNodes`..`elastic.maxNodes` (%d..%d): pick a count in between, or leave it unset" $nodes (int $v.elastic.minNodes) (int $v.elastic.maxNodes)) }}
 {{- end }}
 {{- end }}
-{{- if and $v.checkpoints.existingClaim $v.checkpoints.size }}
-{{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.size` (%s) are both set: mount an existing claim or create a new one, not both" $v.checkpoints.existingClaim $v.checkpoints.size) }}
+{{- if and $v.pytorchJob.masterReplica $v.elastic.enabled }}
+{{- fail "`pytorchJob.masterReplica` and `elastic.enabled` are both set: an elastic PyTorchJob has Workers only; drop one" }}
 {{- end }}
-{{- if and $v.checkpoints.storageClassName (not $v.checkpoints.size) }}
-{{- fail (printf "`checkpoints.storageClassName` (%s) applies to a new claim only: set `checkpoints.size` too" $v.checkpoints.storageClassName) }}
+{{- $newClaim := dict "size" $v.checkpoints.size "storageClassName" $v.checkpoints.storageClassName "accessMode" $v.checkpoints.accessMode }}
+{{- range $key, $value := $newClaim }}
+{{- if and $value $v.checkpoints.existingClaim }}
+{{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.%s` (%s) are both set: the %s is for the claim kubeddp creates; mount an existing claim or create one, not both" $v.checkpoints.existingClaim $key $value $key) }}
+{{- end }}
+{{- if and $value $v.checkpoints.lostOnRetry }}
+{{- fail (printf "`checkpoints.lostOnRetry` and `checkpoints.%s` (%s) are both set: lostOnRetry puts the checkpoints on an emptyDir, no claim; drop one" $key $value) }}
+{{- end }}
+{{- end }}
+{{- if and $v.checkpoints.existingClaim $v.checkpoints.lostOnRetry }}
+{{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.lostOnRetry` are both set: mount the claim or an emptyDir, not both" $v.checkpoints.existingClaim) }}
 {{- end }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
