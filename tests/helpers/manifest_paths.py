@@ -1,7 +1,8 @@
 """Where the pod spec sits inside the Kubeflow kinds kubeddp renders (for tests that edit it)."""
 
 PYTORCHJOB_REPLICAS = ["spec", "pytorchReplicaSpecs"]
-PYTORCHJOB_MASTER_POD = [*PYTORCHJOB_REPLICAS, "Master", "template", "spec"]
+PYTORCHJOB_MASTER_POD = [*PYTORCHJOB_REPLICAS, "Master", "template", "spec"]  # --master-replica
+PYTORCHJOB_WORKER_POD = [*PYTORCHJOB_REPLICAS, "Worker", "template", "spec"]
 TRAINJOB_POD = [
     "spec",
     "runtimePatches",

@@ -1,8 +1,8 @@
 """Two PyTorchJob pods as two network namespaces: `kubeddp launch` from the operator's env only.
 
 Node `demo-master-0` and node `demo-worker-0` each run the image's entrypoint command with
-exactly the env the Training Operator injects into that pod (../shared/reference/
-kubeflow-env-matrix.csv: Master 1 + Worker 1, nprocPerNode 1); names resolve through
+exactly the env the Training Operator injects into that pod (tests/emulation/
+operator_table.csv: Master 1 + Worker 1, nprocPerNode 1); names resolve through
 /etc/netns/<ns>/hosts like the per-replica Services. The second test starts the worker first,
 before the master's name even resolves, and the master seconds later: launch's DNS-then-TCP
 wait must carry the worker until the master is up. Root only (skipped with the reason

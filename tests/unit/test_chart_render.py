@@ -2,7 +2,7 @@
 
 - `helm lint --strict` passes with every ci/ values file;
 - every ci/ values file renders objects that pass `kubeddp validate`'s checks, both against the
-  reference CRDs in ../shared/reference and offline (Kubeflow SDK models);
+  reference CRDs ($KUBEDDP_REFERENCE_DIR) and offline (Kubeflow SDK models);
 - `kubeddp render` with the same settings as a ci/ values file (its options written out here,
   independently of render's mapping) makes the same objects as `helm install` (Helm's labels
   and hooks aside);
@@ -23,12 +23,13 @@ import yaml
 
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
+from tests.helpers import reference
 from tests.helpers.render import render_job
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"
 CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
-CRDS = REPO / ".." / "shared" / "reference" / "crds"
+CRDS = reference.CRDS
 CRD_FILES = {
     "kubeflow.org/v1/PyTorchJob": ("kubeflow.org_pytorchjobs.v1.9.4.yaml", "v1"),
     "trainer.kubeflow.org/v1alpha1/TrainJob": (
@@ -132,6 +133,7 @@ CI_ARGV = {
         "--nproc-per-node", "cpu", "--image", "kubeddp:cpu", "--image-pull-policy", "IfNotPresent",
         "--cpu", "250m", "--memory", "512Mi", "--cpu-limit", "1", "--memory-limit", "1Gi",
         "--shm-size", "256Mi", "--env", "KUBEDDP_CPU_NPROC=2", "--backoff-limit", "0",
+        "--checkpoint-size", "1Gi", "--checkpoint-access-mode", "ReadWriteOnce",
         "--ttl-seconds-after-finished", "600", "--set", "workload.name=regression",
         "--set", "train.max_steps=20", "--set", "train.log_every=5", "--set", "ddp.backend=gloo",
         "--set", "ddp.device=cpu", "--set", "checkpoint.every_steps=10",

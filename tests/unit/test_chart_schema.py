@@ -194,12 +194,24 @@ FAIL_RULES = {
     "claim and size": (
         {"checkpoints": {"existingClaim": "ckpt", "size": "10Gi"}},
         "demo",
-        r"`checkpoints.existingClaim` \(ckpt\) and `checkpoints.size` \(10Gi\)",
+        r"`checkpoints.existingClaim` \(ckpt\) and `checkpoints.size` \(10Gi\) are both set: "
+        r"the size is for the claim kubeddp creates",
     ),
-    "storage class without size": (
-        {"checkpoints": {"storageClassName": "fast"}},
+    "lost on retry with a storage class": (
+        {"checkpoints": {"lostOnRetry": True, "storageClassName": "fast"}},
         "demo",
-        r"`checkpoints.storageClassName` \(fast\) applies to a new",
+        r"`checkpoints.lostOnRetry` and `checkpoints.storageClassName` \(fast\) are both set",
+    ),
+    "lost on retry with an existing claim": (
+        {"checkpoints": {"lostOnRetry": True, "existingClaim": "ckpt"}},
+        "demo",
+        r"`checkpoints.existingClaim` \(ckpt\) and `checkpoints.lostOnRetry` are both set",
+    ),
+    "master replica with elastic": (
+        {"pytorchJob": {"masterReplica": True}, "elastic": {"enabled": True}},
+        "demo",
+        r"`pytorchJob.masterReplica` and `elastic.enabled` are both set: an elastic PyTorchJob "
+        r"has Workers only",
     ),
     "podmonitor labels without podmonitor": (
         {"monitoring": {"podMonitor": {"labels": {"release": "x"}}}},
@@ -289,6 +301,10 @@ def test_valid_values_still_render() -> None:
         {"kind": "TrainJob", "nprocPerNode": "auto"},
         {"kind": "IndexedJob", "restartPolicy": "OnFailure"},
         {"checkpoints": {"size": "1Gi", "storageClassName": "fast"}},
+        {"checkpoints": {"storageClassName": "fast"}},  # the created claim's class, default size
+        {"checkpoints": {"existingClaim": "ckpt"}},
+        {"checkpoints": {"lostOnRetry": True}},
+        {"pytorchJob": {"masterReplica": True}, "nodes": 3},
         {"config": {"workload": {"name": "custom", "model": "m:f", "data": "d:f"}}},
         {"kind": "TrainJob", "backoffLimit": None, "elastic": {"enabled": False, "minNodes": 2}},
         {"monitoring": {"podMonitor": {"enabled": True, "labels": {"a": "b"}, "interval": "1m"}}},

@@ -15,14 +15,16 @@ import pytest
 import yaml
 
 from kubeddp.tools.cli import main
+from tests.helpers import reference
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / ".." / "shared" / "reference" / "crds"
+CRDS = reference.CRDS
 TOKEN = "contract-test-token"
 NS = "team"
 PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a claim by default
 PODS = f"/api/v1/namespaces/{NS}/pods"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 
@@ -134,6 +136,7 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
     api.route("POST", CONFIGMAPS, 201, lambda: api.calls("POST")[-1]["body"])
+    api.route("POST", CLAIMS, 201, lambda: api.calls("POST")[-1]["body"])
     api.route("POST", PYTORCHJOBS, 201, lambda: api.calls("POST")[-1]["body"])
     code, out, err = run(
         [
@@ -152,22 +155,23 @@ def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
     )
     assert code == 0, err
     posts = api.calls("POST")
-    assert [p["path"] for p in posts] == [CONFIGMAPS, PYTORCHJOBS]
+    assert [p["path"] for p in posts] == [CONFIGMAPS, CLAIMS, PYTORCHJOBS]
     assert all(p["query"] == {"dryRun": "All"} for p in posts)
     assert all(p["authorization"] == f"Bearer {TOKEN}" for p in api.requests)
-    assert posts[1]["body"]["kind"] == "PyTorchJob"
-    assert posts[1]["body"]["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    assert posts[2]["body"]["kind"] == "PyTorchJob"
+    assert posts[2]["body"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
     assert "pytorchjob/demo created in team (server dry run)" in out
 
 
 def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
     api.route("POST", CONFIGMAPS, 201)
+    api.route("POST", CLAIMS, 201)
     api.route("POST", TRAINJOBS, 201)
     code, _, err = run(
         ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"], capsys
     )
     assert code == 0, err
-    assert [p["query"] for p in api.calls("POST")] == [{}, {}]
+    assert [p["query"] for p in api.calls("POST")] == [{}, {}, {}]
 
 
 @pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
@@ -196,6 +200,7 @@ def test_missing_crd_for_validation_is_named_with_install_command(api, capsys):
 
 def test_missing_pytorchjob_crd_on_submit_says_install_training_operator(api, capsys):
     api.route("POST", CONFIGMAPS, 201)  # PyTorchJobs: the default plain "404 page not found"
+    api.route("POST", CLAIMS, 201)
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
     assert code == 1
     (line,) = err.strip().splitlines()
@@ -205,6 +210,7 @@ def test_missing_pytorchjob_crd_on_submit_says_install_training_operator(api, ca
 
 def test_missing_trainjob_crd_on_submit_says_install_trainer(api, capsys):
     api.route("POST", CONFIGMAPS, 201)
+    api.route("POST", CLAIMS, 201)
     code, _, err = run(["submit", "trainjob", "--validate-against", "offline"], capsys)
     assert code == 1
     assert "Kubeflow Trainer v2.3.0" in err and "overlays/runtimes?ref=v2.3.0" in err
@@ -435,8 +441,9 @@ def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, caps
         "GET", CRD_PATH + "pytorchjobs.kubeflow.org", 403, status_body(403, "Forbidden", "no")
     )
     api.route("POST", CONFIGMAPS, 201)
+    api.route("POST", CLAIMS, 201)
     api.route("POST", PYTORCHJOBS, 201)
     code, out, err = run(["submit", "pytorchjob", "--name", "demo"], capsys)
     assert code == 0, err
     assert "validating offline" in err and "customresourcedefinitions" in err
-    assert [r["method"] for r in api.requests] == ["GET", "POST", "POST"]
+    assert [r["method"] for r in api.requests] == ["GET", "POST", "POST", "POST"]

@@ -1,9 +1,9 @@
 """Env round trip: the env each operator would inject into each pod of a rendered job, fed to
 `kubeddp launch --dry-run`, gives one consistent rendezvous across the pods.
 
-The operator env is computed here from the rules in the reference kubeflow-env-matrix.csv
-($KUBEDDP_REFERENCE_DIR; Training Operator v1.9 PyTorchJob, Trainer v2.3 torch runtime, batch/v1
-Indexed Job),
+The operator env is computed here from the rules in the operators' env table
+(tests/emulation/operator_table.csv: Training Operator v1.9 PyTorchJob, Trainer v2.3 torch
+runtime, batch/v1 Indexed Job),
 independent of kubeddp's code: only the rendered manifest is an input.
 """
 
@@ -20,19 +20,14 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import reference
 from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
-ENV_MATRIX = reference.ENV_MATRIX
 KUBEDDP = Path(sys.executable).with_name("kubeddp")
 # What every pod gets from the kubelet, whatever the operator.
 POD_BASE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(not ENV_MATRIX.is_file(), reason=f"env matrix not at {ENV_MATRIX}"),
-]
+pytestmark = pytest.mark.timeout(240)
 
 
 def container_env(container: dict, labels: dict[str, str] | None = None) -> dict[str, str]:

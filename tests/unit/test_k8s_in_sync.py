@@ -26,7 +26,7 @@ def test_check_fails_on_a_hand_edit(tmp_path, capsys):
     copy = tmp_path / "k8s"
     shutil.copytree(K8S, copy)
     target = copy / "pytorchjob-gpu.yaml"
-    target.write_text(target.read_text().replace("replicas: 1", "replicas: 2", 1))
+    target.write_text(target.read_text().replace("replicas: 2", "replicas: 3", 1))
     assert gen_k8s.main(["--out", str(copy), "--check"]) == 1
     assert "pytorchjob-gpu.yaml" in capsys.readouterr().out
 
@@ -46,6 +46,9 @@ def test_kind_ci_job_uses_the_local_cpu_image_and_gloo():
         assert container["imagePullPolicy"] == "IfNotPresent"
         assert "nvidia.com/gpu" not in str(container.get("resources"))
     assert job["spec"]["nprocPerNode"] == "1"
+    # kind has one node and no ReadWriteMany storage: the checkpoint claim is ReadWriteOnce
+    claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     config = yaml.safe_load(config_map["data"]["config.yaml"])
     assert config["ddp"] == {"backend": "gloo", "device": "cpu"}

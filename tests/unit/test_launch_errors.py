@@ -132,7 +132,7 @@ ERRORS = {
     ),
     "worker without master": (
         {k: v for k, v in pytorchjob_pod("Worker", 0, 1, "1").items() if "MASTER" not in k},
-        ("MASTER_ADDR", "Master.replicas"),
+        ("MASTER_ADDR", "KUBEDDP_NODE_RANK", "Master replica"),
     ),
     "dry-run gpus not a number": (
         {"KUBEDDP_DRY_RUN_GPUS": "some"},

@@ -34,7 +34,14 @@ BAD_OPTIONS = [
     (["pytorchjob", "--memory", "16GB"], "--memory"),
     (["pytorchjob", "--shm-size", "1 G"], "--shm-size"),
     (["pytorchjob", "--checkpoint-pvc", "a", "--checkpoint-size", "1Gi"], "--checkpoint-pvc"),
-    (["pytorchjob", "--storage-class", "fast"], "--storage-class"),
+    (
+        ["pytorchjob", "--checkpoints-lost-on-retry", "--storage-class", "fast"],
+        "--checkpoints-lost-on-retry",  # the message names both values
+    ),
+    (["pytorchjob", "--checkpoint-pvc", "a", "--checkpoints-lost-on-retry"], "--checkpoint-pvc"),
+    (["pytorchjob", "--elastic", "2:3", "--master-replica"], "--master-replica"),
+    (["trainjob", "--master-replica"], "--master-replica"),
+    (["trainjob", "--image-pull-policy", "IfNotPresent"], "--image-pull-policy"),
     (
         ["pytorchjob", "--checkpoint-size", "1Gi", "--checkpoint-access-mode", "RWX"],
         "--checkpoint-access-mode",

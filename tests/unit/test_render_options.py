@@ -116,6 +116,11 @@ LANDS_ON = {
         ["--checkpoint-access-mode", "ReadWriteOnce"],
         {"checkpoints": {"accessMode": "ReadWriteOnce"}},
     ),
+    "--checkpoints-lost-on-retry": (
+        ["--checkpoints-lost-on-retry"],
+        {"checkpoints": {"lostOnRetry": True}},
+    ),
+    "--master-replica": (["--master-replica"], {"pytorchJob": {"masterReplica": True}}),
     "--podmonitor": (["--podmonitor"], {"monitoring": {"podMonitor": {"enabled": True}}}),
     "--podmonitor-label": (
         ["--podmonitor-label", "release=kps"],
@@ -189,7 +194,7 @@ def test_image_reference_forms(tmp_path) -> None:
 
 def pod_spec(docs: list[dict]) -> dict:
     (job,) = [d for d in docs if d["kind"] == "PyTorchJob"]
-    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
 
 
 def test_settings_only_the_chart_had_reach_the_objects() -> None:
@@ -210,7 +215,10 @@ def test_settings_only_the_chart_had_reach_the_objects() -> None:
         "--dashboard", "--dashboard-label", "team=ml",
     )  # fmt: skip
     kinds = [doc["kind"] for doc in docs]
-    assert kinds == ["ServiceAccount", "ConfigMap", "ConfigMap", "PyTorchJob", "PodMonitor"]
+    assert kinds == [
+        "ServiceAccount", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "PyTorchJob",
+        "PodMonitor",
+    ]  # fmt: skip
     assert {doc["metadata"]["namespace"] for doc in docs} == {"team"}
     template = pod_spec(docs)
     pod = template["spec"]
@@ -223,9 +231,9 @@ def test_settings_only_the_chart_had_reach_the_objects() -> None:
     (container,) = pod["containers"]
     assert container["image"] == f"ghcr.io/a/b@{DIGEST}"
     assert container["env"][-1]["valueFrom"]["secretKeyRef"]["name"] == "hf"
-    job = docs[3]
+    job = docs[4]
     assert job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "research"
-    assert docs[4]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    assert docs[5]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
     dashboard = docs[2]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["labels"]["team"] == "ml"

@@ -1,8 +1,9 @@
 """Every way a pod is launched, planned from the exact env the operators inject.
 
-The env of each pod below is written out by hand from ../shared/reference/kubeflow-env-matrix.csv
-(job `demo`, in a pod: the kubelet adds KUBERNETES_SERVICE_HOST); `test_fixtures_match_csv`
-checks the variable names against the CSV so a fixture cannot drift from the operators.
+The env of each pod below is written out by hand from the operators' env table
+(tests/emulation/operator_table.csv; job `demo`, in a pod: the kubelet adds
+KUBERNETES_SERVICE_HOST); `test_fixtures_match_csv` checks the variable names against it so a
+fixture cannot drift from the operators.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from kubeddp.trainer.launcher.rendezvous import (
 
 pytestmark = pytest.mark.timeout(30)
 
-MATRIX = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kubeflow-env-matrix.csv"
+# The project's table of what the operators inject (rows cite upstream; checked against the
+# reference kubeflow-env-matrix.csv in tests/emulation/test_operator_env.py).
+MATRIX = Path(__file__).resolve().parents[1] / "emulation" / "operator_table.csv"
 POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 WORKER_ARGS = ["--config", "/etc/kubeddp/config.yaml"]
 NO_GPU = lambda: 0  # noqa: E731

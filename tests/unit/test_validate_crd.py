@@ -1,5 +1,5 @@
 """The offline checks (Kubeflow SDK models) agree with the real CRD `openAPIV3Schema` from
-../shared/reference/crds: every manifest kubeddp renders passes both; bad ones fail both.
+$KUBEDDP_REFERENCE_DIR/crds: every manifest kubeddp renders passes both; bad ones fail both.
 
 The CRD side is written here, independent of kubeddp: jsonschema against the schema with
 unknown fields forbidden (what `kubectl apply --validate=strict` / field validation does).
@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from kubeddp.tools.validate import validate_documents
-from tests.helpers.manifest_paths import PYTORCHJOB_MASTER_POD, TRAINJOB_POD
+from tests.helpers import reference
+from tests.helpers.manifest_paths import PYTORCHJOB_WORKER_POD, TRAINJOB_POD
 from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / ".." / "shared" / "reference" / "crds"
+CRDS = reference.CRDS
 CRD_FILES = {
     "PyTorchJob": ("kubeflow.org_pytorchjobs.v1.9.4.yaml", "v1"),
     "TrainJob": ("trainer.kubeflow.org_trainjobs.v2.3.0.yaml", "v1alpha1"),
@@ -92,6 +93,7 @@ OPTION_SETS = [
     ],
 ]  # fmt: skip
 PYTORCHJOB_ONLY = [
+    ["--master-replica", "--nodes", "3", "--checkpoints-lost-on-retry"],
     ["--elastic", "2:4", "--max-restarts", "5", "--rdzv-id", "run-1"],
     ["--elastic", "1:3", "--nodes", "2", "--gpus-per-node", "4"],
     ["--gang", "volcano", "--gang-queue", "research", "--priority-class", "high", "--nodes", "3"],
@@ -131,13 +133,13 @@ def at(doc: dict, path: list):
     return doc
 
 
-PT_POD = PYTORCHJOB_MASTER_POD
+PT_POD = PYTORCHJOB_WORKER_POD
 TJ_POD = TRAINJOB_POD
 # (kind, where, key, value): set doc[where][key] = value; every one is invalid per the CRD.
 BAD_EDITS = [
     ("pytorchjob", ["spec"], "nprocsPerNode", "2"),  # typo'd field
     ("pytorchjob", ["spec", "runPolicy"], "backoff", 3),
-    ("pytorchjob", ["spec", "pytorchReplicaSpecs", "Master"], "replica", 1),
+    ("pytorchjob", ["spec", "pytorchReplicaSpecs", "Worker"], "replica", 1),
     ("pytorchjob", ["spec", "pytorchReplicaSpecs", "Worker"], "replicas", "3"),  # wrong type
     ("pytorchjob", ["spec", "runPolicy"], "backoffLimit", "3"),
     ("pytorchjob", ["spec"], "runPolicy", "Always"),

@@ -23,7 +23,11 @@ def pytorchjob(*options: str) -> dict:
     return job_of("pytorchjob", *options)
 
 
-def first_container(job: dict, replica: str = "Master") -> dict:
+def with_master(*options: str) -> dict:
+    return job_of("pytorchjob", "--master-replica", *options)
+
+
+def first_container(job: dict, replica: str = "Worker") -> dict:
     return job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]
 
 
@@ -56,19 +60,24 @@ def _delete(path: list):
 REPLICAS = PYTORCHJOB_REPLICAS
 BAD = {
     "master-replicas-2": (
-        pytorchjob("--nodes", "2"),
+        with_master("--nodes", "2"),
         _set([*REPLICAS, "Master", "replicas"], 2),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
     "master-replicas-implicit": (
-        pytorchjob("--nodes", "2"),
+        with_master("--nodes", "2"),
         _delete([*REPLICAS, "Master", "replicas"]),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
-    "no-master": (
+    "no-replicas": (
         pytorchjob("--nodes", "2"),
-        _delete([*REPLICAS, "Master"]),
-        "spec.pytorchReplicaSpecs.Master",
+        _set(REPLICAS, {}),
+        "spec.pytorchReplicaSpecs",
+    ),
+    "master-container-name": (
+        with_master("--nodes", "2"),
+        lambda d: first_container(d, "Master").update(name="main"),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers",
     ),
     "replica-key": (
         pytorchjob("--nodes", "2"),
@@ -80,13 +89,13 @@ BAD = {
     "container-name": (
         pytorchjob(),
         lambda d: first_container(d).update(name="main"),
-        "spec.pytorchReplicaSpecs.Master.template.spec.containers",
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers",
     ),
     "job-name": (pytorchjob(), _set(["metadata", "name"], "Demo_Job"), "metadata.name"),
     "restart-policy": (
         pytorchjob(),
-        _set([*REPLICAS, "Master", "restartPolicy"], "Sometimes"),
-        "spec.pytorchReplicaSpecs.Master.restartPolicy",
+        _set([*REPLICAS, "Worker", "restartPolicy"], "Sometimes"),
+        "spec.pytorchReplicaSpecs.Worker.restartPolicy",
     ),
     "clean-pod-policy": (
         pytorchjob(),
@@ -124,7 +133,7 @@ BAD = {
     "pod-unknown-field": (
         pytorchjob(),
         lambda d: first_container(d).update(gpu=1),
-        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].gpu",
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].gpu",
     ),
     "trainjob-reserved-env": (
         job_of("trainjob", "--env", "PET_NNODES=3"),
@@ -189,6 +198,17 @@ def test_good_manifests_pass_and_report_ok(monkeypatch, capsys):
     code, out, err = run_validate(docs, monkeypatch, capsys)
     assert (code, out) == (0, "")
     assert "ok:" in err
+
+
+def test_a_master_is_valid_with_a_one_line_warning(monkeypatch, capsys):
+    """The operator accepts a Master; its init-pytorch container is what fails later."""
+    code, out, err = run_validate([with_master("--nodes", "2")], monkeypatch, capsys)
+    assert (code, out) == (0, "")
+    (warning,) = [line for line in err.splitlines() if "warning" in line]
+    assert warning.startswith("kubeddp validate: warning: <stdin>: PyTorchJob/demo: ")
+    assert "init-pytorch" in warning and "--pytorch-init-container-template-file" in warning
+    _, _, err = run_validate([pytorchjob("--nodes", "2")], monkeypatch, capsys)
+    assert "warning" not in err  # Workers only: nothing to warn about
 
 
 def test_validate_reads_files_and_names_them(tmp_path, capsys):
