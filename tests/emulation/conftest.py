@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,14 +26,26 @@ def _missing() -> str:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[EmulatedCluster]:
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., EmulatedCluster]]:
+    """`cluster_factory(pod_security="restricted")`: a cluster made with these settings."""
     why = _missing()
     if why:
         if os.environ.get("CI"):
             pytest.fail(f"emulated cluster {why}; CI must run these tests")
         pytest.skip(why)
-    emulated = EmulatedCluster(tmp_path / "cluster")
+    made: list[EmulatedCluster] = []
+
+    def make(**settings: Any) -> EmulatedCluster:
+        made.append(EmulatedCluster(tmp_path / f"cluster{len(made)}", **settings))
+        return made[-1]
+
     try:
-        yield emulated
+        yield make
     finally:
-        emulated.close()
+        for emulated in made:
+            emulated.close()
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., EmulatedCluster]) -> EmulatedCluster:
+    return cluster_factory()

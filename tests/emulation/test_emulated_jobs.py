@@ -2,7 +2,8 @@
 
 Each case renders a manifest with `kubeddp render` (or the Helm chart with its CI values),
 derives the pods and their env from the operator rules in operator_env.py, starts every pod's
-container command in its own namespace and decides success by the controller's rule.
+container command in its own namespace, and lets the controllers' rules (controllers.py) decide
+what a pod's end means: success, a recreated pod, a restart in place, or a failed job.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster import EmulatedCluster
-from operator_env import JobPlan, load_documents, plan_from_documents
+from cluster import EmulatedCluster, EmulationError
+from operator_env import INIT_CONTAINER_NAME, JobPlan, load_documents, plan_from_documents
 from prometheus_client.parser import text_string_to_metric_families
+
+from kubeddp.trainer import exit_codes
+from tests.helpers import checkpoints as ck
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -35,6 +39,21 @@ TINY = [
 ]  # fmt: skip
 # Long enough to scrape /metrics or kill a pod while the job trains (~100 ms/step here).
 LONGER = ["--set", "train.max_steps=80", "--set", "train.epochs=10"]
+# For exactly-once checks: 1800 training rows (2000 x 90%) split evenly over 3 or 6 ranks, every
+# sample id recorded in the checkpoints; 2 epochs of 38 (3 ranks) or 19 (6 ranks) steps.
+EXACTLY_ONCE = [
+    "--set", "workload.name=regression",
+    "--set", "workload.samples=2000",
+    "--set", "train.batch_size=16",
+    "--set", "train.epochs=2",
+    "--set", "train.log_every=5",
+    "--set", "train.eval_batches=2",
+    "--set", "train.record_sample_ids=true",
+    "--set", "checkpoint.every_steps=5",
+    "--set", "ddp.backend=gloo",
+    "--set", "ddp.device=cpu",
+]  # fmt: skip
+TRAIN_ROWS = 1800
 JOB_SECONDS = 150
 DONE = re.compile(r"final loss ([0-9.]+) \(start ([0-9.]+)\)")
 
@@ -62,6 +81,26 @@ def render_chart(values_file: Path, release: str) -> JobPlan:
         for d in load_documents(text)
     ]
     return plan_from_documents(docs)
+
+
+def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:
+    """(pod, exit code) of every container end the controllers saw, in order."""
+    found = []
+    for event in cluster.status.events:
+        pod, _, rest = event.partition(": exit ")
+        if rest:
+            code = rest.split(" ", 1)[0]
+            found.append((pod, None if code == "None" else int(code)))
+    return found
+
+
+def first_complete_checkpoint(cluster: EmulatedCluster) -> object:
+    # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
+    return cluster.run_until(
+        lambda: any(cluster.volume("pvc-").glob("ckpt-*/COMPLETE")),
+        JOB_SECONDS,
+        "a complete checkpoint on the claim",
+    )
 
 
 def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
@@ -98,10 +137,20 @@ def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:
 
 
 @pytest.mark.timeout(JOB_SECONDS + 60)
-def test_pytorchjob_master_and_worker(cluster: EmulatedCluster) -> None:
-    plan = render("pytorchjob", "--name", "pt", "--nodes", "2", "--nproc-per-node", "1",
-                  *TINY, *LONGER)  # fmt: skip
+def test_pytorchjob_with_a_master_gets_init_pytorch(cluster_factory) -> None:
+    """--master-replica: the operator's init-pytorch runs before each Worker's container; in a
+    namespace enforcing Pod Security `restricted` the Workers are rejected for it."""
+    args = ("--name", "pt", "--nodes", "2", "--nproc-per-node", "1", "--master-replica")
+    plan = render("pytorchjob", *args, *TINY, *LONGER)
     assert [p.name for p in plan.pods] == ["pt-master-0", "pt-worker-0"]
+    locked = cluster_factory(pod_security="restricted")
+    locked.start(plan)
+    assert sorted(locked.rejected) == ["pt-worker-0"]
+    assert all(f'"{INIT_CONTAINER_NAME}"' in v for v in locked.rejected["pt-worker-0"])
+    assert any("FailedCreate" in e and "pt-worker-0" in e for e in locked.status.events)
+    locked.close()
+
+    cluster = cluster_factory()
     cluster.start(plan)
     # While rank 0 trains, its /metrics (scraped from the pod network) shows the job.
     metrics = cluster.run_until(
@@ -113,53 +162,96 @@ def test_pytorchjob_master_and_worker(cluster: EmulatedCluster) -> None:
     assert metrics.get("kubeddp_world_size") == 2, metrics
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
+    worker = cluster.pods["pt-worker-0"]
+    assert worker.init_exit_codes == [0], "init-pytorch found the master and ended 0"
     assert "rendezvous: pytorchjob, nodes 2, 1 workers/node" in cluster.logs("pt-worker-0")
     assert_trained(cluster, world_size=2)
-    master_ckpts = cluster.volume("emptydir-pt-master-0-checkpoints")
-    assert any(master_ckpts.iterdir()), "rank 0 wrote no checkpoint to its /checkpoints"
+    assert any(cluster.volume("pvc-").glob("ckpt-*")), "rank 0 wrote no checkpoint to the claim"
 
 
-@pytest.mark.timeout(JOB_SECONDS + 60)
-def test_pytorchjob_master_and_two_workers_two_procs_each(cluster: EmulatedCluster) -> None:
-    plan = render("pytorchjob", "--name", "pt3", "--nodes", "3", "--nproc-per-node", "2", *TINY)
-    assert plan.pods[-1].operator_env["WORLD_SIZE"] == "6"
-    assert plan.pods[-1].operator_env["RANK"] == "2"  # a node rank, not a process rank
+@pytest.mark.timeout(2 * JOB_SECONDS + 60)
+def test_pytorchjob_survives_a_sigkilled_worker_and_trains_each_sample_once(
+    cluster_factory,
+) -> None:
+    """The default PyTorchJob (3 Workers, ExitCode, checkpoints on a claim) in a namespace that
+    enforces Pod Security `restricted`: a node dies under worker-1 (SIGKILL, 137), the peers'
+    collectives fail (PEER_FAILED, 201), the operator recreates all three without counting
+    them against backoffLimit (1 here, so three counted failures would end the job), and
+    training resumes from the claim with each sample of each epoch trained exactly once."""
+    plan = render("pytorchjob", "--name", "pk", "--nodes", "3", "--nproc-per-node", "1",
+                  "--backoff-limit", "1", *EXACTLY_ONCE)  # fmt: skip
+    assert [p.name for p in plan.pods] == ["pk-worker-0", "pk-worker-1", "pk-worker-2"]
+    assert plan.backoff_limit == 1
+    cluster = cluster_factory(pod_security="restricted")
     cluster.start(plan)
-    status = cluster.wait_finished(JOB_SECONDS)
+    assert cluster.rejected == {}, "Workers only: no init-pytorch, admitted by restricted"
+    first_complete_checkpoint(cluster)
+    cluster.kill_pod("pk-worker-1", signal.SIGKILL)
+    status = cluster.wait_finished(2 * JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
+    ended = exits(cluster)
+    failed = [(pod, code) for pod, code in ended if code != 0]
+    assert ("pk-worker-1", exit_codes.KILLED) in failed, ended
+    # Every failure is retryable: the peers of the killed pod end with PEER_FAILED (or, when a
+    # recreated pod found rank 0 not back yet, RDZV_UNREACHABLE); none ends the job.
+    others = {code for pod, code in failed if pod != "pk-worker-1" or code != exit_codes.KILLED}
+    assert others and others <= {exit_codes.PEER_FAILED, exit_codes.RDZV_UNREACHABLE}, ended
+    assert len(failed) > plan.backoff_limit  # recreations under ExitCode are never counted
+    assert "rendezvous: pytorchjob-workers, nodes 3" in cluster.logs("pk-worker-2")
+    resumed = re.findall(r"resumed from \S+ \(step (\d+)", cluster.all_logs())
+    assert resumed and int(resumed[-1]) > 0, cluster.log_tails()
+    ck.assert_each_sample_once(ck.newest_state(cluster.volume("pvc-")), TRAIN_ROWS, 2)
+    assert_trained(cluster, world_size=3)
+
+
+@pytest.mark.timeout(2 * JOB_SECONDS + 60)
+def test_indexed_job_of_six_pods_survives_a_preemption(cluster) -> None:
+    """One pod of six is preempted (DisruptionTarget, SIGTERM): it saves and stops, and so do
+    its five peers. The pod failure policy ignores all six failures (backoffLimit 3 would not
+    survive five counted ones), every index is recreated and training resumes exactly once."""
+    plan = render("indexedjob", "--name", "ij", "--nodes", "6", "--nproc-per-node", "1",
+                  *EXACTLY_ONCE)  # fmt: skip
+    assert [p.dns_names[-1] for p in plan.pods] == [f"ij-{i}.ij" for i in range(6)]
+    assert plan.backoff_limit == 3
+    cluster.start(plan)
+    first_complete_checkpoint(cluster)
+    cluster.preempt_pod("ij-2", grace_seconds=60)
+    status = cluster.wait_finished(2 * JOB_SECONDS)
+    assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
+    assert status.counters.failed == 0, status.events
+    failed = [(pod, code) for pod, code in exits(cluster) if code != 0]
+    # What the peers really end with is what the policy ignores.
+    assert {pod for pod, _ in failed} == {f"ij-{i}" for i in range(6)}, failed
+    assert {code for _, code in failed} <= set(exit_codes.CASCADE), failed
+    assert cluster.search_logs(r"SIGTERM: saving a checkpoint at step \d+"), cluster.log_tails()
+    ck.assert_each_sample_once(ck.newest_state(cluster.volume("pvc-")), TRAIN_ROWS, 2)
     assert_trained(cluster, world_size=6)
 
 
 @pytest.mark.timeout(2 * JOB_SECONDS + 60)
-def test_elastic_pod_killed_and_recreated_resumes(cluster: EmulatedCluster) -> None:
+def test_elastic_store_host_killed_and_recreated_resumes(cluster: EmulatedCluster) -> None:
+    """worker-0 hosts the c10d store: when it dies the other agents lose the rendezvous. They
+    end with PEER_FAILED (retried), not a plain 1, and the job resumes with all three pods."""
     plan = render(
         "pytorchjob", "--name", "el", "--elastic", "2:3", "--nodes", "3",
-        "--nproc-per-node", "1", "--max-restarts", "3", "--checkpoint-size", "1Gi",
-        *TINY, *LONGER,
+        "--nproc-per-node", "1", "--max-restarts", "3", *TINY, *LONGER,
     )  # fmt: skip
     assert plan.elastic and not any(p.replica_type == "Master" for p in plan.pods)
     cluster.start(plan)
-    checkpoints = cluster.volume("pvc-")
-    cluster.run_until(
-        # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
-        lambda: any(checkpoints.glob("ckpt-*/COMPLETE")),
-        JOB_SECONDS,
-        "a complete checkpoint on the claim",
-    )
-    # A node dies under worker-2 (not worker-0, which hosts the c10d store); exit 137 is
-    # retryable under restartPolicy ExitCode, so the operator recreates the pod.
-    cluster.kill_pod("el-worker-2", signal.SIGKILL)
-    cluster.run_until(lambda: cluster.status.restarts["el-worker-2"] == 1, 60, "pod recreated")
+    first_complete_checkpoint(cluster)
+    cluster.kill_pod("el-worker-0", signal.SIGKILL)
+    cluster.run_until(lambda: cluster.status.restarts["el-worker-0"] >= 1, 60, "pod recreated")
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
-    assert status.restarts["el-worker-2"] == 1, status
+    failed = [(pod, code) for pod, code in exits(cluster) if code != 0]
+    assert all(code is not None and code >= exit_codes.RETRYABLE_FROM for _, code in failed)
     logs = cluster.all_logs()
     resumed = re.findall(r"resumed from \S+ \(step (\d+)", logs)
     assert resumed and int(resumed[-1]) > 0, f"no resume from a checkpoint\n{cluster.log_tails()}"
     after_resume = logs[logs.rindex("resumed from") :]
     # The recreated pod is back in the group (min is 2: without it the world size would be 2).
     assert "| world size 3 (gloo" in after_resume, after_resume[:2000]
-    recreated = [r for r in cluster.history if r.plan.name == "el-worker-2"][-1]
+    recreated = [r for r in cluster.history if r.plan.name == "el-worker-0"][-1]
     assert "rendezvous: pytorchjob-elastic, nodes 2:3" in recreated.output(), recreated.tail()
     done = DONE.findall(logs)
     assert done and float(done[-1][0]) < float(done[-1][1]), f"loss did not fall: {done}"
@@ -167,24 +259,16 @@ def test_elastic_pod_killed_and_recreated_resumes(cluster: EmulatedCluster) -> N
 
 @pytest.mark.timeout(JOB_SECONDS + 60)
 def test_trainjob_two_nodes(cluster: EmulatedCluster) -> None:
-    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--nproc-per-node", "1", *TINY)
+    """Trainer would start one process per requested CPU without numProcPerNode: kubeddp sets
+    it, so 3 CPUs per node still mean the one worker per node asked for."""
+    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY)
     assert [p.name for p in plan.pods] == ["tj-node-0-0", "tj-node-0-1"]
     assert "tj-node-0-0.tj" in plan.pods[0].dns_names
+    assert plan.restart_policy == {"node": "OnFailure"} and plan.backoff_limit == 6
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
-    assert "rendezvous: trainjob, nodes 2" in cluster.logs("tj-node-0-1")
-    assert_trained(cluster, world_size=2)
-
-
-@pytest.mark.timeout(JOB_SECONDS + 60)
-def test_indexed_job_two_pods(cluster: EmulatedCluster) -> None:
-    plan = render("indexedjob", "--name", "ij", "--nodes", "2", "--nproc-per-node", "1", *TINY)
-    assert [p.dns_names[-1] for p in plan.pods] == ["ij-0.ij", "ij-1.ij"]
-    cluster.start(plan)
-    status = cluster.wait_finished(JOB_SECONDS)
-    assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
-    assert "rendezvous: indexedjob, nodes 2" in cluster.logs("ij-1")
+    assert "rendezvous: trainjob, nodes 2, 1 workers/node" in cluster.logs("tj-node-0-1")
     assert_trained(cluster, world_size=2)
 
 
@@ -199,12 +283,16 @@ def test_chart_with_kind_ci_values(cluster: EmulatedCluster) -> None:
 
 
 @pytest.mark.timeout(JOB_SECONDS + 60)
-def test_failing_master_fails_the_job(cluster: EmulatedCluster) -> None:
+def test_failing_pod_fails_the_job(cluster: EmulatedCluster) -> None:
     """The emulation can fail: a launch error (exit 1-127) is permanent under ExitCode."""
     plan = render("pytorchjob", "--name", "bad", "--nodes", "2", "--nproc-per-node", "cpu",
                   "--env", "KUBEDDP_CPU_NPROC=two", *TINY)  # fmt: skip
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"
-    assert "KUBEDDP_CPU_NPROC='two'" in cluster.logs("bad-master-0"), cluster.log_tails()
-    assert cluster.status.restarts["bad-master-0"] == 0, "exit 2 is not retryable"
+    failed = [name for name, code in exits(cluster) if code == exit_codes.BAD_INPUT]
+    assert failed, cluster.log_tails()
+    assert "KUBEDDP_CPU_NPROC='two'" in cluster.logs(failed[0]), cluster.log_tails()
+    assert sum(cluster.status.restarts.values()) == 0, "exit 2 is not retryable"
+    with pytest.raises(EmulationError, match="job Failed"):
+        cluster.run_until(lambda: False, 1, "anything")
