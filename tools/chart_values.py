@@ -198,8 +198,8 @@ VALUES: tuple[Value, ...] = (
         "nodes",
         integer(minimum=1, nullable=True),
         None,
-        "pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. PyTorchJob: one "
-        "Master and nodes-1 Workers (elastic: nodes Workers)",
+        "pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. PyTorchJob: nodes "
+        "Workers (with pytorchJob.masterReplica: one Master and nodes-1 Workers)",
         JOB,
         (Flag(("--nodes",), read="int"),),
     ),

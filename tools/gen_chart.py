@@ -3,7 +3,8 @@
 From tools/chart_values.py: values.yaml, values.schema.json (Kubernetes types from the
 kubernetes-validate package at the pinned version), the values table of the chart's README;
 from the kinds and the shared names: templates/_constants.tpl; from trainer/config.py:
-docs/config-reference.md. `--check` compares only and exits 1 on drift (a unit test runs it).
+docs/config-reference.md; from trainer/exit_codes.py: docs/exit-codes.md. `--check` compares
+only and exits 1 on drift (a unit test runs it).
 Usage: python -m kubeddp.tools.gen_chart [--root DIR] [--check]
 """
 
@@ -24,6 +25,7 @@ import yaml
 from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.chart_value_types import Value
+from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
@@ -364,6 +366,7 @@ def generated_files(root: Path) -> dict[Path, str]:
         root / CHART / "templates" / "_constants.tpl": constants_tpl(),
         readme: chart_readme(readme.read_text()),
         root / CONFIG_REFERENCE: config_reference(),
+        root / EXIT_CODES_DOC: exit_codes_doc(),
     }
 
 
