@@ -37,7 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile
-	$(BIN)/shellcheck tests/e2e/*.sh tests/lint/*.sh .ci/run
+	$(BIN)/shellcheck tests/e2e/*.sh tests/lint/*.sh tests/fetch_reference.sh .ci/run
 	$(BIN)/yamllint -s .github/workflows
 	tests/lint/actionlint.sh
 	$(BIN)/python -m pytest -q tests/unit/test_chart_render.py -k lint

@@ -12,8 +12,10 @@
 # JOB_TIMEOUT (seconds per job, default 600).
 # Every job must reach Succeeded/Complete; rank 0's log must show the expected world size and a
 # final loss below the first; while the elastic job trains, its /metrics must report
-# kubeddp_world_size, then one of its pods is deleted and must be recreated.
-# On any failure: pods, events, descriptions and logs are printed.
+# kubeddp_world_size, then one of its pods is deleted mid-training, must be recreated, must
+# train in the group again (its own /metrics) and the job must resume from a checkpoint. A check
+# that cannot be exercised (the job ended first) fails the run; every wait polls until the
+# object exists. On any failure: pods, events, descriptions and logs are printed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -33,8 +35,19 @@ TRAIN_ARGS=(
   --set train.log_every=20 --set checkpoint.every_steps=50
   --set ddp.backend=gloo --set ddp.device=cpu
 )
-CPU_POD=(--image "${IMAGE}" --image-pull-policy IfNotPresent --cpu 250m --memory 512Mi
-  --memory-limit 1Gi --shm-size 256Mi)
+# The elastic leg trains for minutes (a few ms per step here): long enough to scrape /metrics,
+# delete a pod, and see the recreated pod train in the group again before the end.
+ELASTIC_TRAIN_ARGS=(
+  --set train.max_steps=30000 --set train.epochs=1000 --set train.log_every=1000
+  --set checkpoint.every_steps=1000
+)
+# kind has one node and its `standard` storage class has no ReadWriteMany: every job's
+# checkpoint claim is ReadWriteOnce (all pods run on that node).
+CPU_POD=(--image "${IMAGE}" --cpu 250m --memory 512Mi --memory-limit 1Gi --shm-size 256Mi
+  --checkpoint-size 1Gi --checkpoint-access-mode ReadWriteOnce)
+# TrainJob has no pull-policy field (the runtime's container decides; a tag other than
+# :latest means IfNotPresent): render refuses the option for it.
+PULL_LOCAL=(--image-pull-policy IfNotPresent)
 created_cluster=0
 cluster_ready=0
 
@@ -125,8 +138,39 @@ install_trainer() {
   retry 120 kubectl get clustertrainingruntime torch-distributed
   # The validating webhook must answer before a TrainJob can be created.
   "${KUBEDDP}" render trainjob --name kubeddp-webhook-probe "${CPU_POD[@]}" \
-    --validate-against offline > /tmp/kubeddp-webhook-probe.yaml
+    --checkpoints-lost-on-retry --validate-against offline > /tmp/kubeddp-webhook-probe.yaml
   retry 180 kubectl apply --dry-run=server -f /tmp/kubeddp-webhook-probe.yaml
+}
+
+# job_conditions KIND NAME: the job's true condition types ("" while it has none or is absent).
+job_conditions() {
+  kubectl get "$1" "$2" -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}' \
+    2> /dev/null || true
+}
+
+# fail_if_finished KIND NAME WHAT: the job ended before WHAT could be checked: a check that is
+# not exercised is a failure, never a pass.
+fail_if_finished() {
+  case " $(job_conditions "$1" "$2") " in
+    *" Succeeded "* | *" Complete "* | *" Failed "*)
+      fail "$1/$2 finished before $3 (not exercised); make the run longer"
+      ;;
+  esac
+}
+
+# wait_pod_running POD [SECONDS]: poll until the pod exists and runs (it may not exist yet
+# right after `kubectl apply`: the operator creates it).
+wait_pod_running() {
+  local pod="$1" end=$((SECONDS + ${2:-300})) phase
+  while :; do
+    phase="$(kubectl get pod "${pod}" -o jsonpath='{.status.phase}' 2> /dev/null || true)"
+    [ "${phase}" = Running ] && return 0
+    case "${phase}" in
+      Succeeded | Failed) fail "pod ${pod} is ${phase}, expected Running" ;;
+    esac
+    [ "${SECONDS}" -lt "${end}" ] || fail "pod ${pod} not Running after ${2:-300}s (${phase:-absent})"
+    sleep 2
+  done
 }
 
 # wait_job KIND NAME: Succeeded/Complete, or fail fast on Failed.
@@ -134,8 +178,7 @@ wait_job() {
   local kind="$1" name="$2" end=$((SECONDS + JOB_TIMEOUT)) conditions
   log "waiting for ${kind}/${name}"
   while :; do
-    conditions="$(kubectl get "${kind}" "${name}" \
-      -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}' || true)"
+    conditions="$(job_conditions "${kind}" "${name}")"
     case " ${conditions} " in
       *" Failed "*) fail "${kind}/${name} Failed (${conditions})" ;;
       *" Succeeded "* | *" Complete "*)
@@ -163,7 +206,18 @@ assert_trained() {
   log "${selector}: world size ${world}, loss ${start} -> ${final}"
 }
 
-# assert_metrics POD WORLD_SIZE: scrape the pod's own /metrics from inside it while it trains.
+# assert_resumed SELECTOR: some pod of the job resumed from a checkpoint of a step > 0.
+assert_resumed() {
+  local selector="$1" steps
+  steps="$(kubectl logs -l "${selector}" --tail=-1 --max-log-requests 10 \
+    | sed -nE 's/.*resumed from [^ ]+ \(step ([0-9]+).*/\1/p')"
+  grep -Eq '^[1-9][0-9]*$' <<< "${steps}" \
+    || fail "${selector}: no pod resumed from a checkpoint after the pod replacement"
+  log "${selector}: resumed from step(s) $(tr '\n' ' ' <<< "${steps}")"
+}
+
+# assert_metrics POD WORLD_SIZE JOB_KIND JOB_NAME: scrape the pod's own /metrics from inside it
+# while the job trains; the job ending first fails the check instead of skipping it.
 assert_metrics() {
   local pod="$1" world="$2" end=$((SECONDS + 300)) body value
   log "scraping ${pod}:9400/metrics while it trains"
@@ -171,26 +225,24 @@ assert_metrics() {
     body="$(kubectl exec "${pod}" -- python -c \
       'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9400/metrics").read().decode())' \
       2> /dev/null || true)"
-    if grep -Eq '^kubeddp_step [1-9]' <<< "${body}"; then
-      value="$(awk '$1 == "kubeddp_world_size" { print int($2) }' <<< "${body}")"
-      [ "${value}" = "${world}" ] || fail "${pod}: kubeddp_world_size=${value:-absent}, expected ${world}"
+    value="$(awk '$1 == "kubeddp_world_size" { print int($2) }' <<< "${body}")"
+    if grep -Eq '^kubeddp_step [1-9]' <<< "${body}" && [ "${value}" = "${world}" ]; then
       log "${pod}: kubeddp_world_size ${value} while training"
       return 0
     fi
-    [ "${SECONDS}" -lt "${end}" ] || fail "${pod}: no kubeddp_step > 0 on /metrics in 300s"
+    fail_if_finished "$3" "$4" "${pod} reported kubeddp_world_size ${world} on /metrics"
+    [ "${SECONDS}" -lt "${end}" ] \
+      || fail "${pod}: no kubeddp_step > 0 with kubeddp_world_size ${world} in 300s (${value:-absent})"
     sleep 2
   done
 }
 
-# replace_pod POD: delete a training pod mid-run; the operator must create a new one (new UID)
-# and the job must still succeed. A pod that already finished is reported, not deleted.
+# replace_pod POD JOB_KIND JOB_NAME: delete a training pod mid-run; the operator must create a
+# new one (new UID) while the job still runs.
 replace_pod() {
-  local pod="$1" uid phase end=$((SECONDS + 300))
-  phase="$(kubectl get pod "${pod}" -o jsonpath='{.status.phase}')"
-  if [ "${phase}" != Running ]; then
-    log "${pod} is ${phase}: the job finished before a pod could be replaced (not exercised)"
-    return 0
-  fi
+  local pod="$1" uid end=$((SECONDS + 300))
+  wait_pod_running "${pod}"
+  fail_if_finished "$2" "$3" "${pod} could be replaced"
   uid="$(kubectl get pod "${pod}" -o jsonpath='{.metadata.uid}')"
   log "deleting ${pod} mid-run"
   kubectl delete pod "${pod}" --wait=false
@@ -199,10 +251,16 @@ replace_pod() {
     [ "${SECONDS}" -lt "${end}" ] || fail "${pod} was not recreated within 300s"
     sleep 2
   done
+  wait_pod_running "${pod}"
   log "${pod} recreated by the operator"
 }
 
-render() { "${KUBEDDP}" render "$@" "${CPU_POD[@]}" "${TRAIN_ARGS[@]}"; }
+# render KIND [OPTIONS...]: the CPU pod and the short run, then OPTIONS (a later --set wins).
+render() {
+  local kind="$1"
+  shift
+  "${KUBEDDP}" render "${kind}" "${CPU_POD[@]}" "${TRAIN_ARGS[@]}" "$@"
+}
 
 leg_training_operator() {
   install_training_operator
@@ -218,16 +276,19 @@ leg_training_operator() {
   assert_trained training.kubeflow.org/job-name=kubeddp-ci 4
   helm test ci --logs
 
-  log "(c) elastic PyTorchJob 2:3 (kubeddp render)"
-  render pytorchjob --name kubeddp-elastic-cpu --elastic 2:3 --nodes 3 --nproc-per-node 1 \
-    --max-restarts 3 > /tmp/kubeddp-elastic-cpu.yaml
-  kubectl apply -f /tmp/kubeddp-elastic-cpu.yaml
-  kubectl wait --for=jsonpath='{.status.phase}'=Running pod/kubeddp-elastic-cpu-worker-0 \
-    --timeout=300s
-  assert_metrics kubeddp-elastic-cpu-worker-0 3
-  replace_pod kubeddp-elastic-cpu-worker-2
-  wait_job pytorchjob kubeddp-elastic-cpu
-  assert_trained training.kubeflow.org/job-name=kubeddp-elastic-cpu 3
+  log "(c) elastic PyTorchJob 2:3 (kubeddp render): a pod replaced mid-training"
+  local job=kubeddp-elastic-cpu
+  render pytorchjob --name "${job}" --elastic 2:3 --nodes 3 --nproc-per-node 1 \
+    --max-restarts 3 "${PULL_LOCAL[@]}" "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${job}.yaml"
+  kubectl apply -f "/tmp/${job}.yaml"
+  wait_pod_running "${job}-worker-0"
+  assert_metrics "${job}-worker-0" 3 pytorchjob "${job}"
+  replace_pod "${job}-worker-2" pytorchjob "${job}"
+  # The recreated pod trains in the group of three again, before the job ends.
+  assert_metrics "${job}-worker-2" 3 pytorchjob "${job}"
+  wait_job pytorchjob "${job}"
+  assert_resumed "training.kubeflow.org/job-name=${job}"
+  assert_trained "training.kubeflow.org/job-name=${job}" 3
 }
 
 leg_trainer() {
@@ -242,7 +303,7 @@ leg_trainer() {
 
 leg_indexedjob() {
   log "Indexed Job, 2 pods, no operator (kubeddp render indexedjob)"
-  render indexedjob --name kubeddp-indexed-cpu --nodes 2 --nproc-per-node 1 \
+  render indexedjob --name kubeddp-indexed-cpu --nodes 2 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
     > /tmp/kubeddp-indexed-cpu.yaml
   kubectl apply -f /tmp/kubeddp-indexed-cpu.yaml
   wait_job job kubeddp-indexed-cpu
