@@ -1,9 +1,10 @@
-"""A PyTorchJob (Master 1 + Worker 1) played by two containers of the CPU image.
+"""A PyTorchJob (2 Workers, kubeddp's default shape) played by two containers of the CPU image.
 
-`kubeddp render pytorchjob` makes the manifest; the operator's env for each pod comes from the
-independent model in tests/emulation/operator_env.py (written from the env matrix CSV of
-Training Operator v1.9); each pod becomes a `docker run` named like the pod, on an `--internal`
-network where pod names resolve as the operator's per-pod Services make them resolve.
+`kubeddp render pytorchjob` makes the manifest; the operator's env and labels for each pod come
+from the independent model in tests/emulation/operator_env.py (its table of what Training
+Operator v1.9 injects); each pod becomes a `docker run` named like the pod, on an `--internal`
+network where pod names resolve as the operator's per-pod Services make them resolve. The
+checkpoint claim is a host directory both containers mount.
 """
 
 from __future__ import annotations
@@ -36,18 +37,16 @@ QUICK = ["workload.name=regression", "train.max_steps=20", "train.log_every=5"]
 WORKER_HEAD_START_SECONDS = 20
 
 
-def render(name: str, image: str, nproc: str) -> JobPlan:
+def render(name: str, image: str, nproc: str, *options: str) -> JobPlan:
     kubeddp = Path(sys.executable).parent / "kubeddp"
     cmd = [str(kubeddp), "render", "pytorchjob", "--name", name, "--nodes", "2",
-           "--nproc-per-node", nproc, "--image", image,
+           "--nproc-per-node", nproc, "--image", image, *options,
            "--validate-against", "offline"]  # fmt: skip
     for item in QUICK:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    plan = plan_from_documents(load_documents(proc.stdout))
-    assert [p.replica_type for p in plan.pods] == ["Master", "Worker"], plan.pods
-    return plan
+    return plan_from_documents(load_documents(proc.stdout))
 
 
 def _docker_size(quantity: str) -> str:
@@ -85,6 +84,11 @@ def pod_options(pod: PodPlan, plan: JobPlan, workdir: Path) -> list[str]:
             options += ["--shm-size", _docker_size(volume["emptyDir"].get("sizeLimit", "64Mi"))]
         elif "emptyDir" in volume:
             options += ["--tmpfs", f"{path}:rw,exec,mode=1777"]
+        elif "persistentVolumeClaim" in volume:  # one directory for every pod of the job
+            host = workdir / f"claim-{volume['persistentVolumeClaim']['claimName']}"
+            host.mkdir(exist_ok=True)
+            host.chmod(0o777)
+            options += ["-v", f"{host}:{path}"]
         else:
             pytest.fail(f"volume {volume} is not emulated")
     return options
@@ -105,7 +109,8 @@ def _job_name(docker: dockerenv.DockerRun, what: str) -> str:
 def run_job(docker: dockerenv.DockerRun, tmp_path: Path, what: str, nproc: str,
             worker_first: bool = False) -> tuple[int, int, str, str]:  # fmt: skip
     plan = render(_job_name(docker, what), docker.image, nproc)
-    master, worker = plan.pods
+    assert [p.replica_type for p in plan.pods] == ["Worker", "Worker"], plan.pods
+    master, worker = plan.pods  # worker-0 is rank 0 and hosts the rendezvous
     network = docker.network()
     if worker_first:
         start_pod(docker, plan, worker, network, tmp_path)
@@ -135,20 +140,21 @@ def test_master_and_worker_train_with_gloo(docker: dockerenv.DockerRun, tmp_path
 
 @pytest.mark.timeout(900)
 def test_two_processes_per_pod(docker: dockerenv.DockerRun, tmp_path: Path) -> None:
-    """nprocPerNode 2: WORLD_SIZE=4 from the operator, RANK is the node rank (0 and 1)."""
+    """nprocPerNode 2: two workers per pod (the operator's PET_NPROC_PER_NODE), world size 4."""
     _assert_job_succeeded(run_job(docker, tmp_path, "pj2", nproc="2"), world_size=4)
 
 
 @pytest.mark.timeout(900)
 def test_worker_started_before_master_exists(docker: dockerenv.DockerRun, tmp_path: Path) -> None:
-    """The Worker's pod starts first; launch waits for the Master's DNS name, then trains."""
+    """worker-1 starts first; launch waits for worker-0's DNS name, then trains."""
     result = run_job(docker, tmp_path, "pjw", nproc="1", worker_first=True)
     _assert_job_succeeded(result, world_size=2)
 
 
 def test_operator_env_matches_the_matrix(tmp_path: Path) -> None:
     """The env given to the containers is what the CSV says the operator injects."""
-    plan = render("envcheck", "kubeddp:e2e-cpu", nproc="2")
+    plan = render("envcheck", "kubeddp:e2e-cpu", "2", "--master-replica")
+    assert [p.replica_type for p in plan.pods] == ["Master", "Worker"], plan.pods
     master, worker = (container_env(p, "default", "") for p in plan.pods)
     for env, rank in ((master, "0"), (worker, "1")):
         assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "envcheck-master-0"

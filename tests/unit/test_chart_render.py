@@ -371,8 +371,8 @@ def first_image(node: Any) -> str | None:
 NOTES_COMMANDS = {
     "PyTorchJob": [
         "kubectl -n ml get pytorchjob demo-kubeddp",
-        "logs -f demo-kubeddp-master-0",
-        "port-forward pod/demo-kubeddp-master-0 9400:9400",
+        "logs -f demo-kubeddp-worker-0",
+        "port-forward pod/demo-kubeddp-worker-0 9400:9400",
     ],
     "TrainJob": [
         "kubectl -n ml get trainjob demo-kubeddp",
@@ -393,3 +393,12 @@ def test_notes_tell_how_to_follow_the_job(kind: str) -> None:
     notes = rendered["kubeddp/templates/NOTES.txt"]
     for command in NOTES_COMMANDS[kind] + ["helm test demo -n ml"]:
         assert command in notes
+    assert "emptyDir" not in notes and "init-pytorch" not in notes  # the defaults need neither
+
+
+def test_notes_warn_about_a_master_and_lost_checkpoints() -> None:
+    values = {"pytorchJob": {"masterReplica": True}, "checkpoints": {"lostOnRetry": True}}
+    notes = chart().render(values, name=RELEASE, namespace=NAMESPACE)["kubeddp/templates/NOTES.txt"]
+    assert "logs -f demo-kubeddp-master-0" in notes
+    assert "init-pytorch" in notes and "--pytorch-init-container-template-file" in notes
+    assert "every retry starts training from scratch" in notes
