@@ -132,7 +132,8 @@ def run_arms(
 def device_line(device: torch.device) -> str:
     if device.type != "cuda":
         return f"CPU, torch {torch.__version__}"
-    nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+    version = torch.cuda.nccl.version()  # a tuple (2, 28, 9); an int in old releases
+    nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     return (
         f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}, NCCL {nccl}"

@@ -123,24 +123,34 @@ class ArmResult:
 
 def plan(big: BenchModel, demo: BenchModel | None, warmup: int, measured: int) -> list[Arm]:
     """Every arm, most important first, so a time budget that runs out cuts the least
-    important: kubeddp vs the hand-written loop (eager, bf16) on the big model, then bf16 vs
-    fp32, then compiled, then the same on the demo model. Compiled arms get one more window
-    of warm-up: compilation happens in the first step and DDP's first steps may re-trace."""
+    important: on the big model kubeddp vs the hand-written loop (eager, bf16), bf16 vs fp32,
+    then both compiled; then the demo model, whose fp32 arm comes last (a model this small
+    is bound by kernel launches, so bf16 vs fp32 says little there). Compiled arms get one
+    more window of warm-up: compilation happens in the first step and DDP's first steps may
+    re-trace."""
 
-    def arms(model: BenchModel) -> list[Arm]:
-        def arm(trainer: str, compiled: bool, amp: str, steps: int = measured) -> Arm:
-            return Arm(model, trainer, compiled, amp, warmup + WINDOW * compiled, steps)
+    def arm(model: BenchModel, trainer: str, compiled: bool, amp: str = "bf16") -> Arm:
+        # fp32 steps take several times longer (no tensor cores unless TF32 is on): a quarter
+        # of the windows keeps the arm's run time near the others'.
+        steps = measured if amp == "bf16" else max(2 * WINDOW, measured // 4 // WINDOW * WINDOW)
+        return Arm(model, trainer, compiled, amp, warmup + WINDOW * compiled, steps)
 
-        return [
-            arm(HAND, False, "bf16"),
-            arm(KUBEDDP, False, "bf16"),
-            # fp32 steps are slower; half the windows keep its run time near the others'.
-            arm(KUBEDDP, False, "off", max(WINDOW * 2, measured // 2 // WINDOW * WINDOW)),
-            arm(KUBEDDP, True, "bf16"),
-            arm(HAND, True, "bf16"),
+    arms = [
+        arm(big, HAND, False),
+        arm(big, KUBEDDP, False),
+        arm(big, KUBEDDP, False, "off"),
+        arm(big, KUBEDDP, True),
+        arm(big, HAND, True),
+    ]
+    if demo:
+        arms += [
+            arm(demo, HAND, False),
+            arm(demo, KUBEDDP, False),
+            arm(demo, KUBEDDP, True),
+            arm(demo, HAND, True),
+            arm(demo, KUBEDDP, False, "off"),
         ]
-
-    return arms(big) + (arms(demo) if demo else [])
+    return arms
 
 
 def steady_windows(step_end_unix: list[float], warmup: int, tokens_per_step: int) -> list[float]:

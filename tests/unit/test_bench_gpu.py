@@ -56,7 +56,13 @@ def test_the_most_important_arms_come_first() -> None:
         "12x768:kubeddp:compiled:bf16",
         "12x768:hand-written:compiled:bf16",
     ]
-    assert [k.split(":")[0] for k in keys[5:]] == ["demo"] * 5
+    assert keys[5:] == [
+        "demo:hand-written:eager:bf16",
+        "demo:kubeddp:eager:bf16",
+        "demo:kubeddp:compiled:bf16",
+        "demo:hand-written:compiled:bf16",
+        "demo:kubeddp:eager:fp32",
+    ]
 
 
 @pytest.mark.parametrize("model", [gpu.GPT2_SMALL, gpu.DEMO])
