@@ -60,7 +60,9 @@ class TrainConfig:
     pin_memory: bool = True  # only used on CUDA
     persistent_workers: bool = True  # only with num_workers > 0
     prefetch_factor: int = 2  # only with num_workers > 0
-    compile: bool = False  # torch.compile the model
+    compile: str = "off"  # off | on | auto (on when training on CUDA); true/false = on/off
+    tf32: bool = True  # CUDA: fp32 matmuls may use TF32 tensor cores (10-bit mantissa)
+    drop_last: bool = False  # skip each epoch's short last batch (fixed shapes; see docs)
     record_sample_ids: bool = False  # tests: keep the ids each rank trained in the checkpoint
 
 
@@ -134,6 +136,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "workload.name": ("regression", "charlm", "custom"),
     "train.optimizer": ("adamw", "sgd"),
     "train.amp": ("auto", "off", "bf16", "fp16"),
+    "train.compile": ("off", "on", "auto"),
     "ddp.backend": ("auto", "nccl", "gloo"),
     "ddp.device": ("auto", "cuda", "cpu"),
     "checkpoint.on_save_error": ("continue", "stop"),
@@ -175,6 +178,8 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
             return value
         if value is False and "off" in CHOICES.get(path, ()):
             return "off"  # YAML 1.1 reads a bare `off` as false
+        if value is True and "on" in CHOICES.get(path, ()):
+            return "on"  # and a bare `on` as true (train.compile was a boolean)
     elif isinstance(typ, types.UnionType):
         return value
     name = getattr(typ, "__name__", str(typ))
