@@ -12,19 +12,18 @@ the end of the run.
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import kubeddp.trainer
 from kubeddp.trainer.config import load_config
 from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.loop import Trainer
+from tests.helpers.one_rank import DEVICE_TYPES, one_rank_group
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,16 +40,6 @@ def _caller() -> tuple[str, str] | None:
     if frame is None or not frame.f_code.co_filename.startswith(TRAINER_DIR):
         return None
     return frame.f_code.co_filename, frame.f_code.co_name
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[DistContext]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield DistContext(0, 1, torch.device("cpu"), "gloo")
-    finally:
-        gc.collect()  # the trainer's DDP module and optimizer are gone before the group
-        dist.destroy_process_group()
 
 
 def _count_reads(
@@ -75,9 +64,15 @@ def _count_reads(
     return reads
 
 
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_reads_happen_only_at_log_steps_epoch_ends_and_the_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_rank_group: DistContext
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_type: str
 ) -> None:
+    with one_rank_group(device_type) as ctx:
+        _check_a_run(tmp_path, monkeypatch, ctx)
+
+
+def _check_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: DistContext) -> None:
     cfg = load_config(
         None,
         [
@@ -93,7 +88,7 @@ def test_reads_happen_only_at_log_steps_epoch_ends_and_the_end(
             "metrics.enabled=false",
         ],
     )
-    trainer = Trainer(cfg, one_rank_group)
+    trainer = Trainer(cfg, ctx)
     assert trainer.stop_vote.distributed, "the vote must run through the process group"
     reads = _count_reads(monkeypatch, lambda: trainer.state.step)
     try:

@@ -5,13 +5,12 @@ after SIGTERM is tests/integration/test_preemption.py."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.preemption import (
     STOP_NONE,
     STOP_PREEMPT,
@@ -19,22 +18,19 @@ from kubeddp.trainer.worker.preemption import (
     VOTE_LAG_STEPS,
     StopVote,
 )
+from tests.helpers.one_rank import DEVICE_TYPES, one_rank_group
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        gc.collect()
-        dist.destroy_process_group()
+@pytest.fixture(params=DEVICE_TYPES)
+def ctx(request: pytest.FixtureRequest) -> Iterator[DistContext]:
+    with one_rank_group(request.param) as context:
+        yield context
 
 
-def test_a_vote_is_acted_on_a_fixed_number_of_steps_later(group: None) -> None:
-    vote = StopVote(torch.device("cpu"), distributed=True, grace_seconds=60)
+def test_a_vote_is_acted_on_a_fixed_number_of_steps_later(ctx: DistContext) -> None:
+    vote = StopVote(ctx.device, distributed=True, grace_seconds=60)
     cast = [STOP_NONE, STOP_NONE, STOP_SAVE_FAILED, STOP_NONE, STOP_NONE, STOP_NONE, STOP_NONE]
     seen = [vote.vote(reason) for reason in cast]
     expected = [STOP_NONE] * VOTE_LAG_STEPS + cast[: len(cast) - VOTE_LAG_STEPS]
@@ -42,8 +38,8 @@ def test_a_vote_is_acted_on_a_fixed_number_of_steps_later(group: None) -> None:
     assert VOTE_LAG_STEPS == 2, "the docs promise a stop within two steps"
 
 
-def test_sigterm_wins_and_drain_returns_the_votes_in_flight(group: None) -> None:
-    vote = StopVote(torch.device("cpu"), distributed=True, grace_seconds=60)
+def test_sigterm_wins_and_drain_returns_the_votes_in_flight(ctx: DistContext) -> None:
+    vote = StopVote(ctx.device, distributed=True, grace_seconds=60)
     assert vote.vote(STOP_NONE) == STOP_NONE
     vote.sigterm = True  # what the handler sets (without starting its exit timer)
     assert vote.vote(STOP_SAVE_FAILED) == STOP_NONE
@@ -51,12 +47,14 @@ def test_sigterm_wins_and_drain_returns_the_votes_in_flight(group: None) -> None
     assert vote.drain() == STOP_NONE, "nothing left in flight"
 
 
-def test_the_ballots_are_reused(group: None) -> None:
-    vote = StopVote(torch.device("cpu"), distributed=True, grace_seconds=60)
+def test_the_ballots_are_reused(ctx: DistContext) -> None:
+    vote = StopVote(ctx.device, distributed=True, grace_seconds=60)
     for _ in range(10):
         vote.vote(STOP_NONE)
     flags = {id(ballot.flag) for ballot in vote._ring}
     assert len(flags) == VOTE_LAG_STEPS + 1
+    if ctx.device.type == "cuda":  # results come back through pinned host memory
+        assert all(ballot.host.is_pinned() for ballot in vote._ring)
 
 
 def test_alone_the_vote_is_immediate() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
+import torch
 
 from kubeddp.trainer.worker.versions import (
     RuntimeVersions,
@@ -59,3 +60,11 @@ def test_gpu_runs_name_the_whole_stack() -> None:
     versions = RuntimeVersions("2.11.0+cu130", "13.0", "2.28.9", "580.159.04")
     assert versions.describe() == "torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9, driver 580.159.04"
     assert RuntimeVersions("2.11.0", "13.0").describe() == "torch 2.11.0, CUDA 13.0"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_gpu_machine_reports_cuda_nccl_and_the_driver() -> None:
+    versions = runtime_versions("cuda")
+    assert versions.cuda == torch.version.cuda
+    assert versions.nccl.count(".") >= 2, versions
+    assert versions.driver.count(".") >= 1, versions

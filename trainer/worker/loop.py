@@ -74,7 +74,8 @@ class Trainer:
             if compile_enabled(t.compile, ctx.device)
             else None
         )
-        self.model = wrap_ddp(self.compiled or self.raw_model, cfg.ddp, ctx)
+        inner = self.compiled if self.compiled is not None else self.raw_model
+        self.model = wrap_ddp(inner, cfg.ddp, ctx)
         self.sampler = ResumableDistributedSampler(
             len(self.workload.train_set), ctx.world_size, ctx.rank, seed=t.seed
         )
@@ -146,7 +147,7 @@ class Trainer:
                 if code:
                     self.stop_vote.drain()
                     return code
-            self.stop_vote.drain()  # a stop voted during the last step comes too late to act
+            self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
             self.checkpoints.save(self.state, blocking=True)
             self.checkpoints.check_writer()
