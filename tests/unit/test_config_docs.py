@@ -13,7 +13,7 @@ from tests.helpers.readme import DOCS, doc_section
 
 pytestmark = pytest.mark.timeout(30)
 DOC = DOCS / "config-reference.md"
-ROW_RE = re.compile(r"^\| `([a-z_]+\.[a-z_]+)` \| `([^`]*)` \| (.+) \|$")
+ROW_RE = re.compile(r"^\| `([a-z0-9_]+\.[a-z0-9_]+)` \| `([^`]*)` \| (.+) \|$")
 
 
 def documented() -> dict[str, tuple[str, str]]:
