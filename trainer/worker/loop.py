@@ -299,8 +299,7 @@ class Trainer:
         seconds = self.progress.first_step_seconds or 0.0
         compiled = ", torch.compile included" if self.compiled is not None else ""
         self.progress.log(
-            f"[kubeddp] first step took {seconds:.1f}s (start-up{compiled}); "
-            "rates count the steps after it"
+            f"[kubeddp] first step: {seconds:.1f}s (warm-up{compiled}); later rates leave it out"
         )
 
     def _after_step(self) -> int:
