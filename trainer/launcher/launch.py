@@ -112,7 +112,7 @@ def launch_main(argv: list[str]) -> int:
     problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
     if problem:
         _log(f"kubeddp launch: error: {problem}")
-        return 2
+        return exit_codes.BAD_INPUT
     try:
         options, worker_args = config_options(args, after_dash)
         gpus = (
