@@ -296,3 +296,23 @@ def test_failing_pod_fails_the_job(cluster: EmulatedCluster) -> None:
     assert sum(cluster.status.restarts.values()) == 0, "exit 2 is not retryable"
     with pytest.raises(EmulationError, match="job Failed"):
         cluster.run_until(lambda: False, 1, "anything")
+
+
+@pytest.mark.timeout(JOB_SECONDS)
+def test_trainjob_pod_restarts_in_place_until_the_jobs_backoff_limit(cluster_factory) -> None:
+    """JobSet's pods restart OnFailure in place (same pod, same emptyDirs); the Job fails when
+    the restarts of its pods add up to its backoffLimit of 6 (not at the first failure)."""
+    # A launch that fails the same way every time (exit 2): only the restart count ends it.
+    plan = render("trainjob", "--name", "tf", "--nodes", "2", "--nproc-per-node", "1",
+                  "--env", "KUBEDDP_RDZV_WAIT_SECONDS=soon", *TINY)  # fmt: skip
+    cluster = cluster_factory(restart_delay_seconds=0.2)
+    cluster.start(plan)
+    status = cluster.wait_finished(JOB_SECONDS - 30)
+    assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"
+    assert "BackoffLimitExceeded: 6 restarts" in status.reason, status
+    assert status.counters.restarts == 6
+    assert [r.plan.name for r in cluster.history] == ["tf-node-0-0", "tf-node-0-1"], "no new pods"
+    # Both pods restarted; five restarts in place, the sixth failure ends the job.
+    assert sum(r.restarts for r in cluster.history) == 5
+    assert all(r.restarts >= 1 for r in cluster.history), cluster.status.events
+    assert "KUBEDDP_RDZV_WAIT_SECONDS='soon'" in cluster.logs("tf-node-0-0")
