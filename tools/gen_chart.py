@@ -23,13 +23,13 @@ import yaml
 
 from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools.chart_value_types import Value
+from kubeddp.tools.chart_value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer.config import config_fields, range_text
+from kubeddp.trainer.config import config_fields, default_of, range_text
 
 CHART = Path("charts") / "kubeddp"
 CONFIG_REFERENCE = Path("docs") / "config-reference.md"
@@ -283,6 +283,8 @@ def chart_constants() -> dict[str, Any]:
         "defaultBackoffLimit": CV.DEFAULT_BACKOFF_LIMIT,
         "defaultCleanPodPolicy": CV.DEFAULT_CLEAN_POD_POLICY,
         "kubeddpManaged": CV.MANAGED_BY[1],
+        "programConfigKeys": list(trainer.PROGRAM_CONFIG_KEYS),
+        "volumeSources": list(VOLUME_SOURCES),
         "jobNamePattern": DNS1035.regex,
         "maxJobNameLength": MAX_JOB_NAME_LENGTH,
         "kinds": {kind.chart_kind: _kind_constants(kind) for kind in KINDS.values()},
@@ -338,7 +340,7 @@ def config_reference() -> str:
     for path, typ, item in config_fields():
         meta = dict(item.metadata)
         lines.append(
-            f"| `{path}` | {typ.__name__} | `{json.dumps(item.default)}` | "
+            f"| `{path}` | {typ.__name__} | `{json.dumps(default_of(item))}` | "
             f"{_allowed(typ, meta)} | {meta['doc']} |"
         )
     return "\n".join(lines) + "\n"

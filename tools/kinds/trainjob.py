@@ -115,6 +115,8 @@ KIND = JobKind(
         "backoffLimit": NO_RUNTIME_PATCH,
         "ttlSecondsAfterFinished": NO_RUNTIME_PATCH,
         "priorityClassName": NO_RUNTIME_PATCH,
+        "envFrom": "Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use "
+        "--env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob",
     },
     chart_facts={
         "replicatedJob": REPLICATED_JOB,

@@ -35,6 +35,18 @@ defaultRestartPolicy: ExitCode
 defaultBackoffLimit: 3
 defaultCleanPodPolicy: Running
 kubeddpManaged: kubeddp
+programConfigKeys:
+  - metrics
+  - checkpoint.preempt_grace_seconds
+volumeSources:
+  - persistentVolumeClaim
+  - configMap
+  - secret
+  - csi
+  - ephemeral
+  - emptyDir
+  - nfs
+  - projected
 jobNamePattern: ^[a-z]([-a-z0-9]*[a-z0-9])?$
 maxJobNameLength: 40
 kinds:
@@ -86,6 +98,7 @@ kinds:
       backoffLimit: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
+      envFrom: Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use --env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org
