@@ -10,6 +10,7 @@ must stay cheap to import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -59,7 +60,10 @@ def flush_reported_steps() -> None:
     api = sys.modules.get("kubeddp.api")
     if api is not None:
         api._flush()
-    sys.stdout.flush()
+    # A signal may land while the program itself is writing to stdout (a reentrant flush
+    # raises): what that write holds is then lost, not the exit code.
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        sys.stdout.flush()
 
 
 def install(grace_seconds: float) -> bool:
