@@ -233,9 +233,7 @@ def env_secret_values(specs: list[str]) -> dict[str, Any]:
                 f"--env-secret: {spec!r} is not VAR=SECRET:KEY; e.g. --env-secret "
                 "HF_TOKEN=hub-credentials:token"
             )
-        entries.append(
-            {"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-        )
+        entries.append({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     return {"extraEnv": entries}
 
 
