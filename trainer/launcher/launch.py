@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Mapping
 
@@ -216,7 +215,7 @@ def launch_main(argv: list[str]) -> int:
         f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
     )
     if program is not None:
-        _log(f"[kubeddp] program: {shlex.join([program.shown, *program.args])}")
+        _log(f"[kubeddp] program: {program.command_line()}")
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
         if program is not None:
             from kubeddp.trainer.worker.program import run_program

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shlex
 import sys
 import traceback
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ class Program:
     @property
     def shown(self) -> str:
         return self.target if self.mode == "script" else f"-m {self.target}"
+
+    def command_line(self) -> str:
+        """As one would type it after `python`, for the log."""
+        start = [self.target] if self.mode == "script" else ["-m", self.target]
+        return shlex.join([*start, *self.args])
 
 
 def _log(message: str) -> None:
