@@ -95,11 +95,8 @@ def test_module_arguments_and_local_rank_macro(tmp_path: Path) -> None:
         cwd=user_script.EXAMPLES,
     )
     assert done.code == 0, done.output[-3000:]
-    seen = [
-        json.loads(line.split("launch-era worker: ", 1)[1])
-        for line in done.output.splitlines()
-        if "launch-era worker: " in line
-    ]
+    # Two workers share the log: a line of one may end up next to the other's on one line.
+    seen = [json.loads(m) for m in re.findall(r"launch-era worker: (\{[^{}]*\})", done.output)]
     assert sorted((s["rank"], s["local_rank"]) for s in seen) == [(0, 0), (1, 1)]
     assert {s["note"] for s in seen} == {"two words, $HOME $$ 'quoted'"}
     assert all(s["unknown"] == ["--extra=1"] for s in seen)
