@@ -30,6 +30,7 @@ from kubeddp.trainer.launcher.program_options import (
     torchrun_worker_args,
 )
 from kubeddp.trainer.launcher.rendezvous import NodeFlags, RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
@@ -177,6 +178,10 @@ def launch_main(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
     env = os.environ
+    problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
+    if problem:
+        _log(f"kubeddp launch: error: {problem}")
+        return 2
     try:
         options, program, worker_args = _worker_command(args, after_dash)
         gpus = (
