@@ -36,7 +36,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint Dockerfile examples/Dockerfile
 	$(BIN)/shellcheck tests/e2e/*.sh tests/lint/*.sh tests/fetch_reference.sh .ci/run
 	$(BIN)/yamllint -s .github/workflows
 	tests/lint/actionlint.sh

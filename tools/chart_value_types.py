@@ -19,7 +19,8 @@ class Flag:
 
     text/int: one value; pairs: repeatable K=V into a mapping; list: repeatable; switch:
     --x/--no-x; yaml-list/yaml-map: inline YAML/JSON or a file; config-file / config-set: the
-    trainer config file / `section.key=value` overrides.
+    trainer config file / `section.key=value` overrides; program-args: what follows `--` on
+    the command line (no option of its own).
     """
 
     options: tuple[str, ...]
@@ -130,6 +131,110 @@ def elastic_values(text_value: str) -> dict[str, Any]:
 
 def pull_secrets(secret_names: list[str]) -> dict[str, Any]:
     return {"imagePullSecrets": [{"name": secret} for secret in secret_names]}
+
+
+# --- data and credentials: a volume with its mount, envFrom, env from a Secret key -----------
+
+# Volume sources a user's volume may have (hostPath is not one: the restricted Pod Security
+# Standard refuses it), with their Kubernetes definitions.
+VOLUME_SOURCES = {
+    "persistentVolumeClaim": "PersistentVolumeClaimVolumeSource",
+    "configMap": "ConfigMapVolumeSource",
+    "secret": "SecretVolumeSource",
+    "csi": "CSIVolumeSource",
+    "ephemeral": "EphemeralVolumeSource",
+    "emptyDir": "EmptyDirVolumeSource",
+    "nfs": "NFSVolumeSource",
+    "projected": "ProjectedVolumeSource",
+}
+# `--volume TYPE:NAME:PATH[:ro]`: TYPE -> (volume source, the key that names the object)
+SHORT_VOLUME_TYPES = {
+    "claim": ("persistentVolumeClaim", "claimName"),
+    "configmap": ("configMap", "name"),
+    "secret": ("secret", "secretName"),
+}
+SHORT_ENV_FROM_TYPES = {"secret": "secretRef", "configmap": "configMapRef"}
+
+
+def data_volume(
+    volume_name: P.Pattern, taken_names: tuple[str, ...], reserved_paths: P.Pattern
+) -> dict[str, Any]:
+    """One entry of `volumes`: a Kubernetes volume (its name and one source) and where the
+    training container mounts it."""
+    properties: dict[str, Any] = {
+        "name": {**text(volume_name, maxLength=63), "not": {"enum": list(taken_names)}},
+        "mountPath": {**text(P.ABSOLUTE_PATH), "not": {"pattern": reserved_paths.regex}},
+        "readOnly": boolean(),
+        "subPath": text(P.RELATIVE_PATH),
+    }
+    properties.update({key: k8s(definition) for key, definition in VOLUME_SOURCES.items()})
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "mountPath"],
+        "properties": properties,
+    }
+
+
+def _volume_name(mount_path: str) -> str:
+    """A DNS label from the mount path (unique, as mount paths are): /data/train -> data-train."""
+    label = "".join(c if c.isalnum() else "-" for c in mount_path.lower()).strip("-")
+    return ("vol-" + label)[:63].rstrip("-") if label else "vol"
+
+
+def volume_values(specs: list[str]) -> dict[str, Any]:
+    """`--volume claim:NAME:/data[:ro]` (also configmap:, secret:) -> `volumes` entries."""
+    entries = []
+    for spec in specs:
+        parts = spec.split(":")
+        read_only = len(parts) == 4 and parts[3] == "ro"
+        if len(parts) not in (3, 4) or parts[0] not in SHORT_VOLUME_TYPES or not all(parts[:3]):
+            raise OptionError(
+                f"--volume: {spec!r} is not TYPE:NAME:PATH[:ro] with TYPE "
+                f"{', '.join(SHORT_VOLUME_TYPES)}; e.g. --volume claim:datasets:/data:ro "
+                "(--volumes YAML for CSI and ephemeral volumes)"
+            )
+        if len(parts) == 4 and not read_only:
+            raise OptionError(f"--volume: {spec!r} ends in {parts[3]!r}; the only flag is :ro")
+        source, key = SHORT_VOLUME_TYPES[parts[0]]
+        entry: dict[str, Any] = {
+            "name": _volume_name(parts[2]),
+            "mountPath": parts[2],
+            source: {key: parts[1]},
+        }
+        if read_only:
+            entry["readOnly"] = True
+        entries.append(entry)
+    return {"volumes": entries}
+
+
+def env_from_values(specs: list[str]) -> dict[str, Any]:
+    """`--env-from secret:NAME` / `configmap:NAME` -> `envFrom` entries."""
+    entries = []
+    for spec in specs:
+        kind, sep, name = spec.partition(":")
+        if not sep or kind not in SHORT_ENV_FROM_TYPES or not name:
+            raise OptionError(
+                f"--env-from: {spec!r} is not secret:NAME or configmap:NAME; e.g. "
+                "--env-from secret:hub-token"
+            )
+        entries.append({SHORT_ENV_FROM_TYPES[kind]: {"name": name}})
+    return {"envFrom": entries}
+
+
+def env_secret_values(specs: list[str]) -> dict[str, Any]:
+    """`--env-secret VAR=SECRET:KEY` -> `extraEnv` entries with valueFrom.secretKeyRef."""
+    entries = []
+    for spec in specs:
+        var, sep, ref = spec.partition("=")
+        secret, colon, key = ref.partition(":")
+        if not (sep and colon and var and secret and key):
+            raise OptionError(
+                f"--env-secret: {spec!r} is not VAR=SECRET:KEY; e.g. --env-secret "
+                "HF_TOKEN=hub-credentials:token"
+            )
+        entries.append({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return {"extraEnv": entries}
 
 
 def resource(section: str, name: str, option: str, help_text: str) -> Flag:

@@ -11,12 +11,16 @@ from __future__ import annotations
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools import patterns as P
 from kubeddp.tools.chart_value_types import (
+    VOLUME_SOURCES,
     Flag,
     Section,
     Value,
     boolean,
     choice,
+    data_volume,
     elastic_values,
+    env_from_values,
+    env_secret_values,
     image_values,
     integer,
     k8s,
@@ -28,6 +32,7 @@ from kubeddp.tools.chart_value_types import (
     string_map,
     switch,
     text,
+    volume_values,
 )
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
 from kubeddp.tools.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
@@ -35,6 +40,8 @@ from kubeddp.tools.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
 from kubeddp.trainer import constants as trainer
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import config_json_schema
+
+PROGRAM_ARGS = "-- ARGS"  # the name of what follows `--` in render's errors
 
 # What a null value means (null also means "not asked for": a TrainJob refuses these).
 DEFAULT_RESTART_POLICY = "ExitCode"
@@ -47,12 +54,19 @@ CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
 
-GROUPS = ("job", "image and pods", "scheduling", "trainer config and checkpoints", "monitoring")
+GROUPS = (
+    "job",
+    "image and pods",
+    "data and credentials",
+    "scheduling",
+    "trainer config and checkpoints",
+    "monitoring",
+)
 
 
 # --- the values -------------------------------------------------------------------------------
 
-JOB, POD, SCHEDULING, TRAINER, MONITORING = GROUPS
+JOB, POD, DATA, SCHEDULING, TRAINER, MONITORING = GROUPS
 KIND_NAMES = tuple(kind.chart_kind for kind in KINDS.values())
 RESTART_POLICIES = tuple(
     dict.fromkeys(policy for kind in KINDS.values() for policy in kind.restart_policies)
@@ -96,6 +110,13 @@ SECTIONS = (
         f"Checkpoints live at {trainer.CHECKPOINT_DIR}, on a claim so that a recreated pod (every "
         "ExitCode retry, a preemption) resumes: a new claim (the default), an existing one, or, "
         "only when asked, an emptyDir that is lost with the pod.",
+    ),
+    Section(
+        "trainer",
+        "Your own training program instead of the built-in trainer: a torchrun-style script "
+        "(`python PATH`) or module (`python -m NAME`) in the image, run on every worker with "
+        "the same rendezvous, metrics and exit codes. `${local_rank}` in args becomes each "
+        "worker's local rank.",
     ),
     Section("monitoring", "Prometheus and Grafana."),
     Section("monitoring.podMonitor", "A Prometheus Operator PodMonitor for the job's pods."),
@@ -183,7 +204,7 @@ VALUES: tuple[Value, ...] = (
         k8s_list("LocalObjectReference"),
         [],
         "Secrets for a private registry, e.g. [{name: regcred}]",
-        POD,
+        DATA,
         (
             Flag(
                 ("--image-pull-secret",),
@@ -377,8 +398,69 @@ VALUES: tuple[Value, ...] = (
         k8s_list("EnvVar"),
         [],
         "more env entries as Kubernetes EnvVar objects (valueFrom a Secret...)",
-        POD,
-        (Flag(("--extra-env",), read="yaml-list", metavar="YAML|FILE"),),
+        DATA,
+        (
+            Flag(("--extra-env",), read="yaml-list", metavar="YAML|FILE"),
+            Flag(
+                ("--env-secret",),
+                read="list",
+                metavar="VAR=SECRET:KEY",
+                help="environment variable VAR from key KEY of Secret SECRET (repeatable)",
+                convert=env_secret_values,
+            ),
+        ),
+    ),
+    Value(
+        "envFrom",
+        k8s_list("EnvFromSource"),
+        [],
+        "every key of these Secrets/ConfigMaps as environment variables, e.g. [{secretRef: "
+        "{name: s3-credentials}}] (not for a TrainJob: Trainer v2.3 has no envFrom; use "
+        "extraEnv entries valueFrom a Secret key)",
+        DATA,
+        (
+            Flag(
+                ("--env-from",),
+                read="list",
+                metavar="secret:NAME|configmap:NAME",
+                help="every key of this Secret or ConfigMap as an env variable (repeatable)",
+                convert=env_from_values,
+            ),
+        ),
+    ),
+    Value(
+        "volumes",
+        {
+            "type": "array",
+            "items": data_volume(
+                P.DNS1123_LABEL,
+                names.KUBEDDP_VOLUMES,
+                P.paths_and_parents(names.RESERVED_MOUNT_PATHS),
+            ),
+        },
+        [],
+        "more volumes of the training container, each a Kubernetes volume (a name and one "
+        f"source: {', '.join(VOLUME_SOURCES)}) with its mountPath, and readOnly/subPath; e.g. "
+        "[{name: data, mountPath: /data, readOnly: true, persistentVolumeClaim: {claimName: "
+        "datasets}}]. A mount may not hide kubeddp's paths or the image's (/dev/shm, "
+        f"{trainer.CHECKPOINT_DIR}, {names.CONFIG_DIR}, /tmp, /opt/venv...)",
+        DATA,
+        (
+            Flag(
+                ("--volume",),
+                read="list",
+                metavar="TYPE:NAME:PATH[:ro]",
+                help="mount PersistentVolumeClaim (TYPE claim), ConfigMap (configmap) or Secret "
+                "(secret) NAME at PATH, read-only with :ro (repeatable)",
+                convert=volume_values,
+            ),
+            Flag(
+                ("--volumes",),
+                read="yaml-list",
+                metavar="YAML|FILE",
+                help="volumes in the chart's form (any source, e.g. csi or ephemeral)",
+            ),
+        ),
     ),
     Value(
         "podAnnotations",
@@ -523,6 +605,38 @@ VALUES: tuple[Value, ...] = (
                 read="config-set",
                 metavar="SECTION.KEY=VALUE",
                 help="trainer config setting, on top of --config (repeatable)",
+            ),
+        ),
+    ),
+    Value(
+        "trainer.script",
+        text(maxLength=4096),
+        "",
+        "your training script: a Python file in the image (an absolute path, e.g. "
+        "/app/train.py); empty = the built-in trainer",
+        TRAINER,
+        (Flag(("--script",), metavar="PATH", help="run this Python file of the image"),),
+    ),
+    Value(
+        "trainer.module",
+        text(P.optional(P.PYTHON_MODULE), maxLength=1024),
+        "",
+        "your training module (`python -m NAME`), installed in the image; empty = the built-in "
+        "trainer",
+        TRAINER,
+        (Flag(("--module",), metavar="NAME", help="run this module of the image (python -m)"),),
+    ),
+    Value(
+        "trainer.args",
+        {"type": "array", "items": {"type": "string"}},
+        [],
+        "the arguments of your script or module, as written (`kubeddp render ... -- ARGS`)",
+        TRAINER,
+        (
+            Flag(
+                (PROGRAM_ARGS,),
+                read="program-args",
+                help="what follows -- on the command line: your program's arguments",
             ),
         ),
     ),

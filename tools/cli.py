@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         from kubeddp.trainer.launcher.launch import train_main
 
         return train_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_command(argv)
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
         return EXIT_BAD_INPUT
@@ -48,6 +48,18 @@ def main(argv: list[str] | None = None) -> int:
             f"this command needs the CLI's libraries ({exc.name} is not installed); "
             f"install them with: {INSTALL_CLI_EXTRA}",
         )
+
+
+def parse_command(argv: list[str]) -> argparse.Namespace:
+    """The options of a manifest or cluster command. For render and submit, what follows `--`
+    is the user program's arguments (trainer.args), kept as written: `program_args`."""
+    program_args = None
+    if argv and argv[0] in ("render", "submit") and "--" in argv:
+        cut = argv.index("--")
+        argv, program_args = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    args.program_args = program_args
+    return args
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -24,7 +24,7 @@ import yaml
 
 from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools.chart_value_types import Value
+from kubeddp.tools.chart_value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.patterns import DNS1035, QUANTITY
@@ -32,7 +32,7 @@ from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.config import config_fields, range_text
+from kubeddp.trainer.config import config_fields, default_of, range_text
 
 CHART = Path("charts") / "kubeddp"
 CONFIG_REFERENCE = Path("docs") / "config-reference.md"
@@ -293,6 +293,8 @@ def chart_constants() -> dict[str, Any]:
         # Exit codes another pod causes (a preemption's cascade): an Indexed Job ignores them.
         "cascadeExitCodes": list(exit_codes.CASCADE),
         "kubeddpManaged": CV.MANAGED_BY[1],
+        "programConfigKeys": list(trainer.PROGRAM_CONFIG_KEYS),
+        "volumeSources": list(VOLUME_SOURCES),
         "jobNamePattern": DNS1035.regex,
         "maxJobNameLength": MAX_JOB_NAME_LENGTH,
         "kinds": {kind.chart_kind: _kind_constants(kind) for kind in KINDS.values()},
@@ -348,7 +350,7 @@ def config_reference() -> str:
     for path, typ, item in config_fields():
         meta = dict(item.metadata)
         lines.append(
-            f"| `{path}` | {typ.__name__} | `{json.dumps(item.default)}` | "
+            f"| `{path}` | {typ.__name__} | `{json.dumps(default_of(item))}` | "
             f"{_allowed(typ, meta)} | {meta['doc']} |"
         )
     return "\n".join(lines) + "\n"

@@ -36,6 +36,18 @@ METRICS_PATH = "/metrics"
 CONFIG_DIR = posixpath.dirname(trainer.CONFIG_FILE)
 CONFIG_KEY = posixpath.basename(trainer.CONFIG_FILE)  # the ConfigMap key mounted as that file
 SHM_DIR = "/dev/shm"
+# The pod's own volumes (templates/_pod.tpl); a user's extra volume takes another name.
+KUBEDDP_VOLUMES = ("config", "checkpoints", "dshm", "tmp")
+# Paths of the image a mounted volume must not hide (nor any folder above them): the venv with
+# Python and kubeddp, the system, and the user entry the processes run as.
+IMAGE_PATHS = (
+    "/opt/venv", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/passwd", "/etc/group",
+    "/proc", "/sys", "/dev",
+)  # fmt: skip
+# Where a user's volume may not be mounted: kubeddp's own mounts and the image's paths.
+RESERVED_MOUNT_PATHS = (
+    SHM_DIR, trainer.CHECKPOINT_DIR, CONFIG_DIR, trainer.SCRATCH_DIR, *IMAGE_PATHS,
+)  # fmt: skip
 
 # The image. The entrypoint is written out where a runtime may replace it (TrainJob runtimes
 # set their own `command`).

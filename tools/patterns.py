@@ -6,6 +6,7 @@ value that does not match with the description (instead of printing the regex).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -64,6 +65,39 @@ IMAGE_DIGEST = Pattern(
 )
 RDZV_ID = Pattern(r"^[-._a-zA-Z0-9]*$", "a rendezvous id (letters, digits and '-._')")
 DURATION = Pattern(r"^(([0-9]+(ms|s|m|h))+)?$", "a Prometheus duration (e.g. 15s, 1m)")
+
+
+# An absolute path without a trailing '/', '.' or '..' parts (RE2: no look-ahead).
+_PATH_PART = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"
+ABSOLUTE_PATH = Pattern(
+    rf"^(/|(/{_PATH_PART})+)$",
+    "an absolute path (e.g. /data) without a trailing '/', '.' or '..'",
+)
+RELATIVE_PATH = Pattern(
+    rf"^({_PATH_PART}(/{_PATH_PART})*)?$",
+    "a relative path inside the volume (no leading '/', no '..')",
+)
+PYTHON_MODULE = Pattern(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+    "a Python module name (e.g. mypkg.train)",
+)
+
+
+def paths_and_parents(paths: tuple[str, ...]) -> Pattern:
+    """Any of `paths`, a path inside one of them, or a folder above one of them."""
+    parents: set[str] = set()
+    for path in paths:
+        while path != "/":
+            path = posixpath.dirname(path)
+            parents.add(path)
+    parents -= set(paths)
+    inside = "|".join(re.escape(p) for p in paths)
+    above = "|".join(re.escape(p) for p in sorted(parents))
+    return Pattern(
+        f"^({inside})(/.*)?$|^({above})$",
+        f"a path the image or kubeddp needs ({', '.join(paths)}), inside one, or a folder "
+        "above one; mount elsewhere, e.g. /data",
+    )
 
 
 def count_or(words: tuple[str, ...]) -> Pattern:

@@ -76,6 +76,14 @@ def _describe(error: Any) -> str:
     if error.validator == "enum":
         allowed = ", ".join(repr(item) for item in error.validator_value if item is not None)
         return f"{error.instance!r} is not one of {allowed}"
+    if error.validator == "not":  # a value kubeddp keeps for itself
+        taken = error.validator_value
+        means = patterns.meaning(taken.get("pattern", ""))
+        if means:
+            return f"{error.instance!r} is {means}"
+        if "enum" in taken:
+            names = ", ".join(repr(item) for item in taken["enum"])
+            return f"{error.instance!r} is taken by kubeddp ({names}); choose another"
     if error.validator == "maxLength":
         return f"{error.instance!r} is longer than {error.validator_value} characters"
     return error.message

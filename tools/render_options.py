@@ -38,6 +38,8 @@ def _help(flag: Flag, value: Value) -> str:
 def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = True) -> None:
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for flag, value in FLAGS:
+        if flag.read == "program-args":
+            continue  # cli.py takes what follows `--` off the command line
         if flag.read == "kind":
             parser.add_argument(
                 "kind",
@@ -160,10 +162,14 @@ def _read(flag: Flag, given: Any) -> Any:
 
 
 def set_path(values: dict[str, Any], path: str, value: Any) -> None:
+    """Set a value; a list adds to what another option already put there (--volume and
+    --volumes both fill `volumes`)."""
     *parents, key = path.split(".")
     node = values
     for part in parents:
         node = node.setdefault(part, {})
+    if isinstance(node.get(key), list) and isinstance(value, list):
+        value = node[key] + value
     node[key] = value
 
 
@@ -172,7 +178,7 @@ def values_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], Provenan
     values: dict[str, Any] = {}
     provenance: Provenance = {}
     for flag, value in FLAGS:
-        given = getattr(args, dest(flag), None)
+        given = getattr(args, "program_args" if flag.read == "program-args" else dest(flag), None)
         if given is None or flag.read.startswith("config-"):
             continue
         parsed = _read(flag, given)

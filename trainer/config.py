@@ -8,6 +8,7 @@ chart's schema (`config_json_schema`) and the generated docs/config-reference.md
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -52,7 +53,16 @@ def setting(
         "required_when": required_when,
     }
     meta = {"doc": doc, **{k: v for k, v in rules.items() if v is not None}}
+    if isinstance(default, dict):  # a mapping: each Config gets its own copy
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def default_of(item: dataclasses.Field) -> Any:
+    """A setting's default value (also of a mapping, which dataclasses keep as a factory)."""
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return item.default
 
 
 @dataclass
@@ -90,6 +100,11 @@ class WorkloadConfig:
     )
     input_dim: int = setting(20, "`regression`: input features", minimum=1, maximum=1 << 20)
     hidden_dim: int = setting(64, "`regression`: hidden units", minimum=1, maximum=1 << 20)
+    args: dict[str, Any] = setting(
+        {},
+        "`custom`: your own settings, any mapping (e.g. `{hidden: 256, layers: 4}`); the "
+        "factories read them as `cfg.args`",
+    )
 
 
 @dataclass
@@ -279,6 +294,8 @@ class Config:
             "input_dim": w.input_dim,
             "hidden_dim": w.hidden_dim,
         }
+        if w.args:  # a custom model's own sizes (absent when empty: older hashes still match)
+            keys["args"] = w.args
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
     def config_hash(self) -> str:
@@ -340,6 +357,15 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
             return "off"  # YAML 1.1 reads a bare `off` as false
         if value is True and "on" in _choices(path):
             return "on"  # and a bare `on` as true (train.compile was a boolean)
+    elif typing.get_origin(typ) is dict:
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            return copy.deepcopy(value)
+        if isinstance(value, dict):
+            raise ConfigError(f"config key '{path}' must be a mapping with text keys")
+        raise ConfigError(
+            f"config key '{path}' must be a mapping, got {type(value).__name__} {value!r}; "
+            f"write e.g. --set '{path}={{hidden: 256}}'"
+        )
     elif isinstance(typ, types.UnionType):
         return value
     name = getattr(typ, "__name__", str(typ))
@@ -403,6 +429,8 @@ _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 def _setting_schema(typ: type, meta: typing.Mapping[str, Any]) -> dict[str, Any]:
+    if typing.get_origin(typ) is dict:  # free-form: the factories that read it check it
+        return {"type": "object", "description": meta["doc"]}
     node: dict[str, Any] = {"type": _JSON_TYPES[typ], "description": meta["doc"]}
     if "choices" in meta:
         node["enum"] = list(meta["choices"])

@@ -11,12 +11,18 @@ from __future__ import annotations
 PYTORCHJOB_PORT = 23456  # Training Operator v1 default for the port named `pytorchjob-port`
 TRAINJOB_PORT = 29500  # Kubeflow Trainer v2 constants.ContainerTrainerPort
 INDEXEDJOB_PORT = 29500
+TORCHRUN_PORT = 29500  # torchrun's --master-port default; `kubeddp train --master-addr` uses it
 METRICS_PORT = 9400
 
 # Paths inside the image (writable with a read-only root filesystem: volumes/emptyDirs)
 CHECKPOINT_DIR = "/checkpoints"
 CONFIG_FILE = "/etc/kubeddp/config.yaml"
 SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/inductor dirs
+
+# With --script/--module (a user's own program) only these config keys still apply (a section
+# alone: all of its keys): launch's metrics endpoint and the SIGTERM grace. launch refuses
+# --set of any other key, the chart refuses those config values.
+PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds")
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from kubeddp.tools.cli import build_parser
+from kubeddp.tools.cli import parse_command
 from kubeddp.tools.render import render_documents
 from kubeddp.tools.render_options import values_from_args
 
 
 def render_job(*argv: str) -> list[dict]:
     """`render_job("pytorchjob", "--nodes", "2")`: the objects in apply order."""
-    args = build_parser().parse_args(["render", *argv])
+    args = parse_command(["render", *argv])
     return render_documents(*values_from_args(args))
 
 

@@ -19,7 +19,10 @@ import helm_python as helm
 import pytest
 import yaml
 
+from kubeddp.trainer.launcher.agent import WORKER_MODULE
+from kubeddp.trainer.launcher.program_options import torchrun_worker_args
 from kubeddp.trainer.launcher.rendezvous import plan_from_env
+from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"
@@ -64,9 +67,16 @@ def pod_env(pod, index: int) -> dict[str, str]:
     return env
 
 
-def worker_args(container: dict) -> list[str]:
+def worker_command(container: dict) -> tuple[str, list[str], list[str]]:
+    """What launch gives torchrun for the container's args: the worker module, its
+    arguments, and the arguments its command line must end with."""
     args = container.get("args", [])
-    return args[args.index("--") + 1 :]
+    after_dash = args[args.index("--") + 1 :]
+    for option, mode in (("--script", "script"), ("--module", "module")):
+        if option in args:  # trainer.script/module: the user's program gets what follows --
+            program = Program(mode, args[args.index(option) + 1], tuple(after_dash))
+            return RUNNER_MODULE, torchrun_worker_args(program), program.runner_args()
+    return WORKER_MODULE, after_dash, ["--config", "/etc/kubeddp/config.yaml"]
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
@@ -74,11 +84,13 @@ def test_every_pod_agrees_on_the_world(values_file: Path) -> None:
     values = yaml.safe_load(values_file.read_text())
     plan = job_plan(values)
     gpus = int(values.get("gpusPerNode", 0))
+    module, args, argv_end = worker_command(plan.pods[0].container)
     plans = [
         plan_from_env(
             pod_env(pod, index),
-            worker_args=worker_args(pod.container),
+            worker_args=worker_command(pod.container)[1],
             gpu_count=lambda: gpus,
+            worker_module=module,
         )
         for index, pod in enumerate(plan.pods)
     ]
@@ -105,7 +117,7 @@ def test_every_pod_agrees_on_the_world(values_file: Path) -> None:
     ports = {p["containerPort"] for p in first.container.get("ports", [])}
     assert int(port) in ports | {29500}  # the Trainer adds 29500 itself
     for p in plans:
-        assert p.argv[-2:] == ["--config", "/etc/kubeddp/config.yaml"]
+        assert p.argv[-len(argv_end) - 2 :] == ["--module", module, *argv_end]
 
 
 def test_cpu_ci_values_start_two_workers_per_pod() -> None:

@@ -169,6 +169,14 @@ CI_ARGV = {
         "pytorchjob", "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
         "--gpus-per-node", "4", "--cpu", "16", "--memory", "64Gi", "--memory-limit", "64Gi",
     ],
+    "script-values": [
+        "pytorchjob", "--name", "my-train", "--nodes", "2", "--nproc-per-node", "2",
+        "--image", "registry.example.com/ml/my-train:1.0", "--image-pull-secret", "regcred",
+        "--script", "/app/ddp_train.py", "--volume", "claim:datasets:/data:ro",
+        "--env-from", "secret:s3-credentials", "--env-secret", "HF_TOKEN=hub-credentials:token",
+        "--checkpoint-size", "10Gi", "--set", "checkpoint.preempt_grace_seconds=30",
+        "--", "--epochs", "3", "--snapshot", "/checkpoints/snapshot.pt", "--lr", "0.05",
+    ],
     "trainjob-values": [
         "trainjob", "--name", "demo-kubeddp", "--nodes", "2", "--gpus-per-node", "2",
         "--nproc-per-node", "2", "--cpu", "8", "--memory", "32Gi",

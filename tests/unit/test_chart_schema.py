@@ -110,6 +110,37 @@ SCHEMA_REJECTS = {
         {"monitoring": {"podMonitor": {"labels": {"release": "a b"}}}},
         ["/monitoring/podMonitor/labels/release"],
     ),
+    "volume over /dev/shm": (
+        {"volumes": [{"name": "data", "mountPath": "/dev/shm", "emptyDir": {}}]},
+        ["/volumes/0/mountPath", "'not' failed"],
+    ),
+    "volume inside the checkpoints": (
+        {"volumes": [{"name": "data", "mountPath": "/checkpoints/x", "emptyDir": {}}]},
+        ["/volumes/0/mountPath"],
+    ),
+    "volume over the venv's parent": (
+        {"volumes": [{"name": "data", "mountPath": "/opt", "emptyDir": {}}]},
+        ["/volumes/0/mountPath", "'not' failed"],
+    ),
+    "volume at a relative path": (
+        {"volumes": [{"name": "data", "mountPath": "data", "emptyDir": {}}]},
+        ["/volumes/0/mountPath", "'data' does not match pattern"],
+    ),
+    "volume named like kubeddp's": (
+        {"volumes": [{"name": "dshm", "mountPath": "/data", "emptyDir": {}}]},
+        ["/volumes/0/name"],
+    ),
+    "bad volume name": (
+        {"volumes": [{"name": "Data_Set", "mountPath": "/data", "emptyDir": {}}]},
+        ["/volumes/0/name", "'Data_Set' does not match pattern"],
+    ),
+    "hostPath volume": (
+        {"volumes": [{"name": "data", "mountPath": "/data", "hostPath": {"path": "/"}}]},
+        ["/volumes/0", "'hostPath' not allowed"],
+    ),
+    "envFrom typo": ({"envFrom": [{"secretRefs": {"name": "s"}}]}, ["/envFrom/0"]),
+    "bad module name": ({"trainer": {"module": "my-train"}}, ["/trainer/module"]),
+    "program args not strings": ({"trainer": {"args": [3]}}, ["/trainer/args/0"]),
 }
 
 
@@ -223,6 +254,56 @@ FAIL_RULES = {
         "demo",
         r"`monitoring.podMonitor.interval` is set but",
     ),
+    "script and module": (
+        {"trainer": {"script": "/app/train.py", "module": "train"}},
+        "demo",
+        r"`trainer.script` \(/app/train.py\) and `trainer.module` \(train\) are both set",
+    ),
+    "program args without a program": (
+        {"trainer": {"args": ["--epochs", "3"]}},
+        "demo",
+        r"`trainer.args` is set but neither `trainer.script` nor `trainer.module`",
+    ),
+    "built-in trainer config with a program": (
+        {"trainer": {"module": "train"}, "config": {"train": {"epochs": 3}}},
+        "demo",
+        r"`config.train.epochs` is set but `trainer.module` runs your own program",
+    ),
+    "volume without a source": (
+        {"volumes": [{"name": "data", "mountPath": "/data"}]},
+        "demo",
+        r"`volumes` entry data has no source: give one of persistentVolumeClaim",
+    ),
+    "volume with two sources": (
+        {"volumes": [{"name": "d", "mountPath": "/d", "emptyDir": {}, "secret": {}}]},
+        "demo",
+        r"`volumes` entry d has 2 sources \(",
+    ),
+    "two volumes of one name": (
+        {
+            "volumes": [
+                {"name": "d", "mountPath": "/a", "emptyDir": {}},
+                {"name": "d", "mountPath": "/b", "emptyDir": {}},
+            ]
+        },
+        "demo",
+        r"`volumes` has two entries named d",
+    ),
+    "two volumes at one path": (
+        {
+            "volumes": [
+                {"name": "a", "mountPath": "/data", "emptyDir": {}},
+                {"name": "b", "mountPath": "/data", "emptyDir": {}},
+            ]
+        },
+        "demo",
+        r"`volumes` mounts two volumes at /data",
+    ),
+    "envFrom with TrainJob": (
+        {"kind": "TrainJob", "envFrom": [{"secretRef": {"name": "s3"}}]},
+        "demo",
+        r'`envFrom` \(\[\{"secretRef":\{"name":"s3"\}\}\]\) cannot be set for kind TrainJob',
+    ),
     "dashboard labels without dashboard": (
         {"monitoring": {"dashboard": {"labels": {"team": "ml"}}}},
         "demo",
@@ -274,7 +355,8 @@ def a_set_value(path: str) -> object:
     if "enum" in schema:
         return next(option for option in schema["enum"] if option)
     kind = schema["type"][0] if isinstance(schema["type"], list) else schema["type"]
-    return {"boolean": True, "integer": schema.get("minimum", 0), "string": "x"}[kind]
+    one_of_each = {"boolean": True, "integer": schema.get("minimum", 0), "string": "x"}
+    return one_of_each[kind] if kind != "array" else [{}]  # a list with one (empty) entry
 
 
 @pytest.mark.parametrize(
@@ -308,6 +390,34 @@ def test_valid_values_still_render() -> None:
         {"config": {"workload": {"name": "custom", "model": "m:f", "data": "d:f"}}},
         {"kind": "TrainJob", "backoffLimit": None, "elastic": {"enabled": False, "minNodes": 2}},
         {"monitoring": {"podMonitor": {"enabled": True, "labels": {"a": "b"}, "interval": "1m"}}},
+        {
+            "trainer": {"script": "/app/t.py", "args": ["--a", "b c"]},
+            "config": {"metrics": {"port": 9500}, "checkpoint": {"preempt_grace_seconds": 5}},
+        },
+        {
+            "kind": "TrainJob",
+            "volumes": [
+                {
+                    "name": "a",
+                    "mountPath": "/etc/ssl/certs/ca.pem",
+                    "subPath": "ca.pem",
+                    "configMap": {"name": "ca"},
+                },
+                {"name": "b", "mountPath": "/opt/models", "csi": {"driver": "x.csi.io"}},
+                {
+                    "name": "c",
+                    "mountPath": "/scratch",
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "spec": {
+                                "accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": "1Gi"}},
+                            }
+                        }
+                    },
+                },
+            ],
+        },
     ]
     for values in ok:
         assert chart().render(values, name="demo", namespace="ml")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.tools.gen_chart import CONFIG_REFERENCE, config_reference
-from kubeddp.trainer.config import config_fields
+from kubeddp.trainer.config import config_fields, default_of
 
 pytestmark = pytest.mark.timeout(30)
 DOC = Path(__file__).resolve().parents[2] / CONFIG_REFERENCE
@@ -40,7 +40,7 @@ def test_documented_defaults_and_types_are_the_real_ones() -> None:
     rows = documented()
     for path, typ, item in config_fields():
         assert rows[path][0] == typ.__name__, path
-        assert rows[path][1] == json.dumps(item.default), path
+        assert rows[path][1] == json.dumps(default_of(item)), path
         assert rows[path][3] == item.metadata["doc"], path
 
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from kubeddp.tools.chart_values import FLAGS, NOT_FLAGS, VALUES, flag_sets
-from kubeddp.tools.cli import build_parser
+from kubeddp.tools.cli import parse_command
 from kubeddp.tools.render_options import values_from_args
 from tests.helpers.render import render_job
 
@@ -73,6 +73,50 @@ LANDS_ON = {
                 {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
             ]
         },
+    ),
+    "--env-secret": (
+        ["--env-secret", "HF_TOKEN=hub:token", "--env-secret", "B=s:k"],
+        {
+            "extraEnv": [
+                {
+                    "name": "HF_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}},
+                },
+                {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            ]
+        },
+    ),
+    "--env-from": (
+        ["--env-from", "secret:s3", "--env-from", "configmap:settings"],
+        {"envFrom": [{"secretRef": {"name": "s3"}}, {"configMapRef": {"name": "settings"}}]},
+    ),
+    "--volume": (
+        ["--volume", "claim:datasets:/data:ro", "--volume", "secret:creds:/etc/creds"],
+        {
+            "volumes": [
+                {
+                    "name": "vol-data",
+                    "mountPath": "/data",
+                    "persistentVolumeClaim": {"claimName": "datasets"},
+                    "readOnly": True,
+                },
+                {
+                    "name": "vol-etc-creds",
+                    "mountPath": "/etc/creds",
+                    "secret": {"secretName": "creds"},
+                },
+            ]
+        },
+    ),
+    "--volumes": (
+        ["--volumes", "[{name: m, mountPath: /models, csi: {driver: d.csi.io}}]"],
+        {"volumes": [{"name": "m", "mountPath": "/models", "csi": {"driver": "d.csi.io"}}]},
+    ),
+    "--script": (["--script", "/app/train.py"], {"trainer": {"script": "/app/train.py"}}),
+    "--module": (["--module", "mypkg.train"], {"trainer": {"module": "mypkg.train"}}),
+    "-- ARGS": (
+        ["--module", "m", "--", "--lr=${local_rank}", "two words", "--"],
+        {"trainer": {"module": "m", "args": ["--lr=${local_rank}", "two words", "--"]}},
     ),
     "--pod-annotation": (["--pod-annotation", "a.io/b=c"], {"podAnnotations": {"a.io/b": "c"}}),
     "--pod-label": (["--pod-label", "team=ml"], {"podLabels": {"team": "ml"}}),
@@ -142,7 +186,7 @@ def values_for(arguments: list[str], tmp_path) -> tuple[dict, dict]:
     config = tmp_path / "train.yaml"
     config.write_text("train:\n  epochs: 2\n")
     arguments = [str(config) if a == "CONFIG_FILE" else a for a in arguments]
-    return values_from_args(build_parser().parse_args(["render", "pytorchjob", *arguments]))
+    return values_from_args(parse_command(["render", "pytorchjob", *arguments]))
 
 
 def contains(values: dict, expected: dict) -> bool:
@@ -270,3 +314,16 @@ def test_rendered_objects_are_plain_manifests() -> None:
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubeddp"
         assert "namespace" not in doc["metadata"]
+
+
+def test_list_options_add_up(tmp_path) -> None:
+    """--volume and --volumes (and --extra-env and --env-secret) fill one list together."""
+    values, _ = values_for(
+        [
+            "--volume", "claim:a:/a", "--volumes", "[{name: b, mountPath: /b, emptyDir: {}}]",
+            "--extra-env", SECRET_ENV, "--env-secret", "B=s:k",
+        ],
+        tmp_path,
+    )  # fmt: skip
+    assert [v["name"] for v in values["volumes"]] == ["vol-a", "b"]
+    assert [e["name"] for e in values["extraEnv"]] == ["TOKEN", "B"]

@@ -3,8 +3,6 @@ NVML and the driver's /proc file say, empty where they do not apply."""
 
 from __future__ import annotations
 
-from importlib import metadata
-
 import pytest
 import torch
 
@@ -46,10 +44,10 @@ def test_nccl_version_text() -> None:
 
 def test_cpu_runs_name_torch_only() -> None:
     versions = runtime_versions("cpu")
-    assert versions == RuntimeVersions(metadata.version("torch"))
-    assert versions.describe() == f"torch {metadata.version('torch')}"
+    assert versions == RuntimeVersions(torch.__version__)
+    assert versions.describe() == f"torch {torch.__version__}"
     assert versions.labels() == {
-        "torch_version": metadata.version("torch"),
+        "torch_version": torch.__version__,
         "cuda_version": "",
         "nccl_version": "",
         "driver_version": "",

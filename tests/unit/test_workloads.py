@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from kubeddp.trainer.config import ConfigError, WorkloadConfig
+from kubeddp.trainer.config import ConfigError, WorkloadConfig, load_config
 from kubeddp.trainer.workloads import Workload, WorkloadError, build_workload
 
 EXAMPLES = "kubeddp.trainer.workloads.examples"
@@ -242,6 +242,29 @@ def test_custom_model_and_loss_tuple_and_train_only_data() -> None:
     assert "no eval" in workload.description
     before, after = train_steps(workload, steps=40, lr=5e-2)
     assert after < 0.5 * before, (before, after)
+
+
+def test_custom_factories_read_workload_args() -> None:
+    """workload.args reaches the factories: the model is as wide and deep as it says."""
+    cfg = load_config(
+        None,
+        [
+            "workload.name=custom",
+            f"workload.model={EXAMPLES}:make_mlp",
+            f"workload.data={EXAMPLES}:make_data",
+            "workload.args={hidden: 7, layers: 2}",
+            "workload.samples=512",
+            "workload.input_dim=8",
+        ],
+    )
+    workload = build_workload(cfg.workload, seed=0)
+    widths = [m.out_features for m in workload.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert widths == [7, 7, 1]
+    before, after = train_steps(workload, steps=40, lr=5e-2)
+    assert after < before, (before, after)
+    # The model's own sizes are part of its hash: a checkpoint of another size is refused.
+    other = load_config(None, ["workload.args={hidden: 8, layers: 2}"])
+    assert cfg.model_hash() != other.model_hash()
 
 
 BAD_FACTORIES = """

@@ -117,6 +117,8 @@ KIND = JobKind(
         "priorityClassName": NO_RUNTIME_PATCH,
         "image.pullPolicy": "Trainer v2.3 has no field for it (trainer.image only, and "
         "runtimePatches cannot set it): the runtime's container decides; leave it unset",
+        "envFrom": "Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use "
+        "--env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob",
     },
     chart_facts={
         "replicatedJob": REPLICATED_JOB,

@@ -21,8 +21,12 @@ WORKER_MODULE = "kubeddp.trainer.worker"
 SHUTDOWN_MARGIN_SECONDS = 10
 
 
-def torchrun_argv(plan: RendezvousPlan, worker_args: list[str]) -> list[str]:
-    """The torchrun command line the plan stands for (launch runs it in process)."""
+def torchrun_argv(
+    plan: RendezvousPlan, worker_args: list[str], worker_module: str = WORKER_MODULE
+) -> list[str]:
+    """The torchrun command line the plan stands for (launch runs it in process); each worker
+    runs `python -m worker_module worker_args` (the built-in trainer, or the runner of a
+    user's own program)."""
     args = ["torchrun", f"--nproc-per-node={plan.nproc_per_node}"]
     if plan.standalone:
         # One node: keep the store on loopback, so a host name that does not resolve
@@ -45,7 +49,7 @@ def torchrun_argv(plan: RendezvousPlan, worker_args: list[str]) -> list[str]:
         if plan.rdzv_conf:
             args.append(f"--rdzv-conf={plan.rdzv_conf}")
     args.append(f"--max-restarts={plan.max_restarts}")
-    return [*args, "--module", WORKER_MODULE, *worker_args]
+    return [*args, "--module", worker_module, *worker_args]
 
 
 def torchrun_args(plan: RendezvousPlan) -> argparse.Namespace:

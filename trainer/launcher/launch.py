@@ -20,11 +20,19 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher.agent import run_torchrun
+from kubeddp.trainer.launcher.agent import WORKER_MODULE, run_torchrun
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
-from kubeddp.trainer.launcher.rendezvous import RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.program_options import (
+    ProgramError,
+    add_program_options,
+    check_overrides,
+    program_from_options,
+    torchrun_worker_args,
+)
+from kubeddp.trainer.launcher.rendezvous import NodeFlags, RendezvousError, plan_from_env
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
+from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
 DEFAULT_RDZV_WAIT_SECONDS = 600.0
 
@@ -46,12 +54,57 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    """torchrun's multi-node flags, for hosts that no operator set up (bare metal)."""
+    group = parser.add_argument_group(
+        "several hosts without Kubernetes (as torchrun; these win over the environment)"
+    )
+    group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job")
+    group.add_argument("--node-rank", type=int, metavar="R", help="this node's rank, 0..N-1")
+    group.add_argument("--master-addr", metavar="HOST", help="the host of node rank 0")
+    group.add_argument(
+        "--master-port",
+        type=int,
+        metavar="PORT",
+        help=f"its rendezvous port (default {constants.TORCHRUN_PORT})",
+    )
+    group.add_argument(
+        "--rdzv-endpoint", metavar="HOST:PORT", help="elastic: the c10d rendezvous store"
+    )
+    group.add_argument("--rdzv-id", metavar="ID", help="elastic: the job's id (default kubeddp)")
+
+
+def node_flags(args: argparse.Namespace) -> NodeFlags:
+    return NodeFlags(
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+    )
+
+
+def node_flags_argv(args: argparse.Namespace) -> list[str]:
+    """The multi-node flags as launch arguments (what `kubeddp train` forwards)."""
+    argv: list[str] = []
+    for option in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint"):
+        value = getattr(args, option)
+        if value is not None:
+            argv += ["--" + option.replace("_", "-"), str(value)]
+    if args.rdzv_id is not None:
+        argv += ["--rdzv-id", args.rdzv_id]
+    return argv
+
+
 def launch_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kubeddp launch",
         description="Start DDP training from whatever launched this process (torchrun, "
         "PyTorchJob, elastic PyTorchJob, TrainJob, Indexed Job, plain env, or nothing). "
-        "--config and --set may also follow -- (as the manifests pass them).",
+        "Without --script/--module the built-in trainer runs, and --config/--set may also "
+        "follow -- (as the manifests pass them); with one, everything after -- goes to that "
+        "program.",
     )
     p.add_argument(
         "--nproc-per-node",
@@ -74,6 +127,8 @@ def launch_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan as JSON and exit")
     add_config_options(p)
+    add_program_options(p)
+    add_node_options(p)
     return p
 
 
@@ -105,6 +160,20 @@ def _env_number(env: Mapping[str, str], name: str, kind: type, default: float = 
         raise RendezvousError(f"{name}={raw!r} is not a number; set a number or unset it") from None
 
 
+def _worker_command(
+    args: argparse.Namespace, after_dash: list[str]
+) -> tuple[argparse.Namespace, Program | None, list[str]]:
+    """The config options, the user's program (None: the built-in trainer) and the worker
+    arguments torchrun passes on."""
+    program = program_from_options(args.script, args.module, after_dash)
+    if program is None:
+        options, worker_args = config_options(args, after_dash)
+        return options, None, worker_args
+    check_overrides(args.overrides, "--script" if args.script is not None else "--module")
+    options = argparse.Namespace(config=args.config, overrides=list(args.overrides))
+    return options, program, torchrun_worker_args(program)
+
+
 def launch_main(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
@@ -114,7 +183,7 @@ def launch_main(argv: list[str]) -> int:
         _log(f"kubeddp launch: error: {problem}")
         return exit_codes.BAD_INPUT
     try:
-        options, worker_args = config_options(args, after_dash)
+        options, program, worker_args = _worker_command(args, after_dash)
         gpus = (
             _gpu_count
             if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
@@ -126,8 +195,10 @@ def launch_main(argv: list[str]) -> int:
             nproc_flag=args.nproc_per_node,
             max_restarts=args.max_restarts,
             gpu_count=gpus,
+            worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
+            node_flags=node_flags(args),
         )
-    except (ConfigError, RendezvousError) as exc:
+    except (ConfigError, RendezvousError, ProgramError) as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
     if args.dry_run:
@@ -148,7 +219,14 @@ def launch_main(argv: list[str]) -> int:
         f"[kubeddp] rendezvous: {plan.source}, nodes {plan.nnodes}, {plan.nproc_per_node} "
         f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
     )
+    if program is not None:
+        _log(f"[kubeddp] program: {program.command_line()}")
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
+        if program is not None:
+            from kubeddp.trainer.worker.program import run_program
+
+            os.environ.update(resolved_config_env(cfg))  # the runner reads the SIGTERM grace
+            return run_program(program)
         from kubeddp.trainer.worker.entry import run
 
         return run(cfg)
@@ -175,11 +253,17 @@ def launch_main(argv: list[str]) -> int:
 def train_main(argv: list[str]) -> int:
     """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine."""
     own, after_dash = _split_worker_args(argv)
-    p = argparse.ArgumentParser(prog="kubeddp train", description="train on this machine")
+    p = argparse.ArgumentParser(
+        prog="kubeddp train",
+        description="train on this machine (or, with --nnodes, on several hosts); with "
+        "--script/--module your own program runs and everything after -- goes to it",
+    )
     p.add_argument("--nproc", default=None, help="worker processes (default: GPUs, else 1)")
     p.add_argument("--max-restarts", type=int, default=None)
     p.add_argument("--dry-run", action="store_true")
     add_config_options(p)
+    add_program_options(p)
+    add_node_options(p)
     args = p.parse_args(own)
     launch_args = []
     if args.nproc:
@@ -189,4 +273,9 @@ def train_main(argv: list[str]) -> int:
     if args.dry_run:
         launch_args.append("--dry-run")
     launch_args += config_options_argv(args.config, args.overrides)
+    launch_args += node_flags_argv(args)
+    if args.script is not None:
+        launch_args += ["--script", args.script]
+    if args.module is not None:
+        launch_args += ["--module", args.module]
     return launch_main([*launch_args, "--", *after_dash])

@@ -341,6 +341,104 @@ def detect_source(env: Mapping[str, str]) -> str:
     return "standalone"
 
 
+@dataclass(frozen=True)
+class NodeFlags:
+    """torchrun's multi-node flags given to `kubeddp train/launch` (bare metal, no operator).
+
+    Static: --nnodes N --node-rank R --master-addr HOST [--master-port P]; elastic: --nnodes
+    MIN:MAX (or N) --rdzv-endpoint HOST:PORT [--rdzv-id ID]. Given, they win over the env.
+    """
+
+    nnodes: str | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+
+    def given(self) -> bool:
+        return any(value is not None for value in dataclasses.astuple(self))
+
+
+def _flag_port(port: int, option: str) -> int:
+    if not 1 <= port <= 65535:
+        raise RendezvousError(f"{option} {port} is not a TCP port; use 1-65535")
+    return port
+
+
+def _plan_flags(
+    flags: NodeFlags, env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]
+) -> RendezvousPlan:
+    if flags.master_addr is not None and flags.rdzv_endpoint is not None:
+        raise RendezvousError(
+            f"--master-addr {flags.master_addr} and --rdzv-endpoint {flags.rdzv_endpoint} are "
+            "both given: use --master-addr for a fixed node count, --rdzv-endpoint for elastic"
+        )
+    if flags.nnodes is None:
+        given = "--master-addr" if flags.master_addr is not None else "--rdzv-endpoint"
+        if flags.node_rank is not None:
+            given = "--node-rank"
+        raise RendezvousError(
+            f"{given} is given but --nnodes is not; say how many nodes join, e.g. --nnodes 2"
+        )
+    lo, hi = _nnodes_range(flags.nnodes, "--nnodes")
+    nproc = resolve_nproc(nproc_flag or "auto", "--nproc-per-node", env, gpus)
+    if flags.rdzv_endpoint is not None:
+        return _plan_flags_elastic(flags, env, lo, hi, nproc)
+    if flags.master_addr is None:
+        if hi == 1 and flags.node_rank in (None, 0) and flags.master_port is None:
+            return _plan_standalone(env, nproc_flag, gpus)
+        raise RendezvousError(
+            f"--nnodes {flags.nnodes} needs the rendezvous host: --master-addr HOST (the host "
+            "of node rank 0) with --node-rank, or --rdzv-endpoint HOST:PORT for elastic"
+        )
+    if lo != hi:
+        raise RendezvousError(
+            f"--nnodes {flags.nnodes} is a range, which needs --rdzv-endpoint HOST:PORT "
+            "(elastic); with --master-addr give a fixed count"
+        )
+    if flags.node_rank is None:
+        raise RendezvousError(
+            f"--master-addr {flags.master_addr} needs --node-rank: 0 on the host of "
+            f"{flags.master_addr}, 1..{hi - 1} on the others"
+        )
+    if flags.node_rank < 0:
+        raise RendezvousError(f"--node-rank {flags.node_rank} must be >= 0")
+    port = _flag_port(flags.master_port or constants.TORCHRUN_PORT, "--master-port")
+    return _static(
+        "flags", env, hi, flags.node_rank, nproc, flags.master_addr, port,
+        "--node-rank", "--nnodes",
+    )  # fmt: skip
+
+
+def _plan_flags_elastic(
+    flags: NodeFlags, env: Mapping[str, str], lo: int, hi: int, nproc: int
+) -> RendezvousPlan:
+    for value, option in ((flags.node_rank, "--node-rank"), (flags.master_port, "--master-port")):
+        if value is not None:
+            raise RendezvousError(
+                f"{option} {value} does not go with --rdzv-endpoint (elastic: the rendezvous "
+                "assigns node ranks and the endpoint names the port); drop it"
+            )
+    endpoint = flags.rdzv_endpoint or ""
+    host, _, port_raw = endpoint.rpartition(":")
+    if not host or not port_raw.isdigit():
+        raise RendezvousError(f"--rdzv-endpoint {endpoint!r} must be HOST:PORT, e.g. node0:29400")
+    port = _flag_port(int(port_raw), "--rdzv-endpoint port")
+    return RendezvousPlan(
+        source="flags",
+        nnodes=f"{lo}:{hi}" if lo != hi else str(hi),
+        nproc_per_node=nproc,
+        node_rank=None,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"{host}:{port}",
+        world_size=None,
+        rdzv_id=flags.rdzv_id or "kubeddp",
+        max_restarts=3,  # as an elastic PyTorchJob: a lost node is why one runs elastic
+        in_kubernetes=_in_kubernetes(env),
+    )
+
+
 _PLANNERS = {
     "pytorchjob": _plan_pytorchjob,
     "pytorchjob-elastic": _plan_elastic,
@@ -358,9 +456,19 @@ def plan_from_env(
     nproc_flag: str | None = None,
     max_restarts: int | None = None,
     gpu_count: Callable[[], int] = lambda: 0,
+    worker_module: str = WORKER_MODULE,
+    node_flags: NodeFlags | None = None,
 ) -> RendezvousPlan:
-    """Turn a launcher's environment into a RendezvousPlan, or raise RendezvousError."""
+    """Turn a launcher's environment (or its multi-node flags, which win) into a
+    RendezvousPlan, or raise RendezvousError. Each worker runs `python -m worker_module
+    worker_args`."""
     worker_args = list(worker_args or [])
+    if node_flags is not None and node_flags.given():
+        plan = _plan_flags(node_flags, env, nproc_flag, gpu_count)
+        if max_restarts is not None:
+            plan.max_restarts = max_restarts
+        plan.argv = torchrun_argv(plan, worker_args, worker_module)
+        return plan
     source = detect_source(env)
     if source == "torchrun":
         world = _int(env, "WORLD_SIZE", 1) if env.get("WORLD_SIZE") else 1
@@ -376,10 +484,10 @@ def plan_from_env(
             wait_for_host=False,
             in_kubernetes=_in_kubernetes(env),
         )
-        plan.argv = [sys.executable, "-m", WORKER_MODULE, *worker_args]
+        plan.argv = [sys.executable, "-m", worker_module, *worker_args]
         return plan
     plan = _PLANNERS[source](env, nproc_flag, gpu_count)
     if max_restarts is not None:
         plan.max_restarts = max_restarts
-    plan.argv = torchrun_argv(plan, worker_args)
+    plan.argv = torchrun_argv(plan, worker_args, worker_module)
     return plan

@@ -174,7 +174,8 @@ class TrainingMetrics:
         self._cuda_device = device if getattr(device, "type", None) == "cuda" else None
         self._next_gpu_sample = 0.0
         self._next_flush = 0.0
-        self._latest: tuple[int, int, float] | None = None
+        # step, epoch, lr; a user program's report_step leaves epoch and lr None
+        self._latest: tuple[int, int | None, float | None] | None = None
         self._loss: float | None = None
         self._pending_samples = 0
         self._pending_tokens = 0
@@ -195,17 +196,18 @@ class TrainingMetrics:
         self,
         *,
         step: int,
-        epoch: int,
+        epoch: int | None,
         loss: float | None,
-        lr: float,
+        lr: float | None,
         samples: int,
         tokens: int,
-        step_seconds: float,
+        step_seconds: float | None,
         data_wait_seconds: float,
     ) -> None:
         if not self.enabled:
             return
-        self._step_seconds.observe(step_seconds)
+        if step_seconds is not None:  # None: a user program's first report_step
+            self._step_seconds.observe(step_seconds)
         self._pending_samples += samples
         self._pending_tokens += tokens
         self._pending_wait += data_wait_seconds
@@ -229,8 +231,9 @@ class TrainingMetrics:
         if self._latest is not None:
             step, epoch, lr = self._latest
             m.step.set(step)
-            m.epoch.set(epoch)
-            m.lr.set(lr)
+            for gauge, value in ((m.epoch, epoch), (m.lr, lr)):
+                if value is not None:
+                    gauge.set(value)
             self._latest = None
         if self._loss is not None:
             m.loss.set(self._loss)

@@ -4,6 +4,9 @@ workload:
   name: custom
   model: kubeddp.trainer.workloads.examples:make_model
   data: kubeddp.trainer.workloads.examples:make_data
+
+make_mlp reads its own hyperparameters from `workload.args` (`--set 'workload.args={hidden:
+32, layers: 2}'`).
 """
 
 from __future__ import annotations
@@ -60,3 +63,21 @@ def make_data(cfg: WorkloadConfig) -> tuple[TensorDataset, TensorDataset]:
 def make_train_only(cfg: WorkloadConfig) -> TensorDataset:
     """The single-dataset form: no eval set, so the loop skips evaluation."""
     return make_data(cfg)[0]
+
+
+def make_mlp(cfg: WorkloadConfig) -> tuple[nn.Module, Callable[..., torch.Tensor]]:
+    """A model sized by `workload.args`: `hidden` units (default 16) in `layers` hidden layers
+    (default 1); the factory's own settings, which kubeddp's config does not know."""
+    hidden = int(cfg.args.get("hidden", 16))
+    layers = int(cfg.args.get("layers", 1))
+    blocks: list[nn.Module] = []
+    width = cfg.input_dim
+    for _ in range(layers):
+        blocks += [nn.Linear(width, hidden), nn.Tanh()]
+        width = hidden
+    return nn.Sequential(*blocks, nn.Linear(width, 1)), mse_loss
+
+
+def mse_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    inputs, targets = batch
+    return nn.functional.mse_loss(model(inputs), targets)

@@ -42,6 +42,18 @@ cascadeExitCodes:
   - 200
   - 201
 kubeddpManaged: kubeddp
+programConfigKeys:
+  - metrics
+  - checkpoint.preempt_grace_seconds
+volumeSources:
+  - persistentVolumeClaim
+  - configMap
+  - secret
+  - csi
+  - ephemeral
+  - emptyDir
+  - nfs
+  - projected
 jobNamePattern: ^[a-z]([-a-z0-9]*[a-z0-9])?$
 maxJobNameLength: 40
 kinds:
@@ -100,6 +112,7 @@ kinds:
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
+      envFrom: Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use --env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org

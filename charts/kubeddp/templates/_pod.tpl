@@ -54,6 +54,9 @@ annotations:
     sizeLimit: {{ .Values.shmSize }}
 - name: tmp
   emptyDir: {}
+{{- range .Values.volumes }}
+- {{ omit . "mountPath" "readOnly" "subPath" | toYaml | nindent 2 | trim }}
+{{- end }}
 {{- end }}
 
 {{- define "kubeddp.volumeMounts" -}}
@@ -67,13 +70,42 @@ annotations:
   mountPath: {{ $c.shmDir }}
 - name: tmp
   mountPath: {{ $c.scratchDir }}
+{{- range .Values.volumes }}
+- name: {{ .name }}
+  mountPath: {{ .mountPath | quote }}
+  {{- if .readOnly }}
+  readOnly: true
+  {{- end }}
+  {{- with .subPath }}
+  subPath: {{ . | quote }}
+  {{- end }}
+{{- end }}
 {{- end }}
 
+{{/* the launch arguments: the built-in trainer reads the config after `--`; a user's own
+program (trainer.script/module) gets everything after `--`, and the config is launch's */}}
 {{- define "kubeddp.args" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $t := .Values.trainer }}
+{{- if or $t.script $t.module }}
+- "--config"
+- {{ $c.configFile }}
+{{- if $t.script }}
+- "--script"
+- {{ $t.script | toJson }}
+{{- else }}
+- "--module"
+- {{ $t.module | toJson }}
+{{- end }}
+- "--"
+{{- range $t.args }}
+- {{ . | toJson }}
+{{- end }}
+{{- else }}
 - "--"
 - "--config"
 - {{ $c.configFile }}
+{{- end }}
 {{- end }}
 
 {{/* the container's ports: the kind's rendezvous port (when kubeddp declares it), metrics */}}
@@ -129,6 +161,10 @@ values.env, then extraEnv */}}
   {{- with (include "kubeddp.env" .) }}
   env:
     {{- . | trim | nindent 4 }}
+  {{- end }}
+  {{- with $root.Values.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
   {{- end }}
   ports:
     {{- include "kubeddp.ports" $root | trim | nindent 4 }}

@@ -19,8 +19,10 @@ backticks, which render turns into its options, and says how to fix it.
 {{- range splitList "." $path }}
 {{- $value = get $value . }}
 {{- end }}
-{{- if not (or (kindIs "invalid" $value) (eq (toString $value) "false") (eq (toString $value) "")) }}
-{{- fail (printf "`%s` (%v) cannot be set for kind %s: %s" $path $value $v.kind $why) }}
+{{- $emptyCollection := and (or (kindIs "slice" $value) (kindIs "map" $value)) (empty $value) }}
+{{- if not (or (kindIs "invalid" $value) (eq (toString $value) "false") (eq (toString $value) "") $emptyCollection) }}
+{{- $shown := ternary (toJson $value) (toString $value) (or (kindIs "slice" $value) (kindIs "map" $value)) }}
+{{- fail (printf "`%s` (%s) cannot be set for kind %s: %s" $path $shown $v.kind $why) }}
 {{- end }}
 {{- end }}
 {{- if and (not (kindIs "invalid" $v.restartPolicy)) (not (has $v.restartPolicy $k.restartPolicies)) }}
@@ -55,6 +57,8 @@ backticks, which render turns into its options, and says how to fix it.
 {{- if and $v.checkpoints.existingClaim $v.checkpoints.lostOnRetry }}
 {{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.lostOnRetry` are both set: mount the claim or an emptyDir, not both" $v.checkpoints.existingClaim) }}
 {{- end }}
+{{- include "kubeddp.validateProgram" . }}
+{{- include "kubeddp.validateVolumes" . }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
 {{- range $key := list "labels" "interval" }}
@@ -63,5 +67,57 @@ backticks, which render turns into its options, and says how to fix it.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* trainer.script/module: one program; its args; the config keys that still apply */}}
+{{- define "kubeddp.validateProgram" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $t := .Values.trainer }}
+{{- if and $t.script $t.module }}
+{{- fail (printf "`trainer.script` (%s) and `trainer.module` (%s) are both set: run one program" $t.script $t.module) }}
+{{- end }}
+{{- $program := or $t.script $t.module }}
+{{- if and $t.args (not $program) }}
+{{- fail "`trainer.args` is set but neither `trainer.script` nor `trainer.module`: the arguments are your program's; name it" }}
+{{- end }}
+{{- if $program }}
+{{- range $section, $keys := .Values.config }}
+{{- range $key, $_ := $keys }}
+{{- $path := printf "%s.%s" $section $key }}
+{{- if not (or (has $section $c.programConfigKeys) (has $path $c.programConfigKeys)) }}
+{{- fail (printf "`config.%s` is set but `trainer.%s` runs your own program, which that key does not configure: pass your program's options in trainer.args (with a program only %s apply)" $path (ternary "script" "module" (not (empty $t.script))) (join " and " $c.programConfigKeys)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* volumes: one source each; names and mount paths used once */}}
+{{- define "kubeddp.validateVolumes" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $names := list }}
+{{- $paths := list }}
+{{- range .Values.volumes }}
+{{- $sources := list }}
+{{- $entry := . }}
+{{- range $source := $c.volumeSources }}
+{{- if hasKey $entry $source }}
+{{- $sources = append $sources $source }}
+{{- end }}
+{{- end }}
+{{- if eq (len $sources) 0 }}
+{{- fail (printf "`volumes` entry %s has no source: give one of %s" $entry.name (join ", " $c.volumeSources)) }}
+{{- else if gt (len $sources) 1 }}
+{{- fail (printf "`volumes` entry %s has %d sources (%s): give exactly one" $entry.name (len $sources) (join ", " $sources)) }}
+{{- end }}
+{{- if has $entry.name $names }}
+{{- fail (printf "`volumes` has two entries named %s: give each its own name" $entry.name) }}
+{{- end }}
+{{- if has $entry.mountPath $paths }}
+{{- fail (printf "`volumes` mounts two volumes at %s: give each its own mountPath" $entry.mountPath) }}
+{{- end }}
+{{- $names = append $names $entry.name }}
+{{- $paths = append $paths $entry.mountPath }}
 {{- end }}
 {{- end }}

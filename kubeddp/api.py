@@ -1,0 +1,109 @@
+"""What your own training script may call when it runs under kubeddp (`--script`/`--module`).
+
+    try:
+        from kubeddp import api as kubeddp_api
+    except ImportError:  # the same script still runs under a plain torchrun
+        kubeddp_api = None
+
+- `report_step(step, samples, loss=None, tokens=None)`: once per optimizer step on every rank;
+  feeds the pod's /metrics like the built-in trainer (kubeddp_step, kubeddp_samples_total,
+  kubeddp_tokens_total, kubeddp_loss, kubeddp_step_duration_seconds{rank}: the time between
+  two calls). A no-op where `kubeddp launch` serves no metrics.
+- `stop_requested()`: True once SIGTERM reached this worker (preemption, node drain, `docker
+  stop`); save a snapshot and `sys.exit(EXIT_PREEMPTED)`. A program that polls it gets
+  `checkpoint.preempt_grace_seconds`; one that never does is ended at once on SIGTERM.
+- `EXIT_PREEMPTED` (143): the retryable exit code the launcher and operators read as
+  "preempted, resume from the checkpoint".
+
+Importing this module has no side effects and imports neither torch nor prometheus_client.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from typing import Any
+
+from kubeddp.trainer import constants
+from kubeddp.trainer.exit_codes import PREEMPTED as EXIT_PREEMPTED
+from kubeddp.trainer.worker import stop_signal
+
+__all__ = ["EXIT_PREEMPTED", "report_step", "stop_requested"]
+
+
+def stop_requested() -> bool:
+    """True once SIGTERM reached this process: save, then `sys.exit(EXIT_PREEMPTED)`."""
+    return stop_signal.requested()
+
+
+class _StepReporter:
+    """This process's TrainingMetrics (made at the first report), and the time of the last
+    report, from which each step's duration comes."""
+
+    def __init__(self) -> None:
+        self.metrics: Any = None
+        self.enabled: bool | None = None  # None: not decided yet
+        self.last_report: float | None = None
+
+    def start(self) -> bool:
+        if self.enabled is None:
+            self.enabled = bool(os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR))
+            if self.enabled:
+                self.metrics = _training_metrics()
+                self.enabled = self.metrics.enabled
+                atexit.register(self.metrics.close)  # the last buffered values reach /metrics
+        return self.enabled
+
+    def report(self, step: int, samples: int, loss: float | None, tokens: int | None) -> None:
+        now = time.monotonic()
+        previous, self.last_report = self.last_report, now
+        if not self.start():
+            return
+        self.metrics.on_step(
+            step=int(step),
+            epoch=None,
+            loss=None if loss is None else float(loss),
+            lr=None,
+            samples=int(samples),
+            tokens=int(tokens or 0),
+            step_seconds=now - previous if previous is not None else None,
+            data_wait_seconds=0.0,
+        )
+
+
+def _training_metrics() -> Any:
+    from kubeddp.trainer.config import MetricsConfig
+    from kubeddp.trainer.worker.metrics import TrainingMetrics
+
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    backend, device = "none", None
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        backend = str(dist.get_backend())
+        world_size = dist.get_world_size()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return TrainingMetrics(MetricsConfig(), rank, world_size, backend, device=device)
+
+
+_REPORTER = _StepReporter()
+
+
+def report_step(
+    step: int, samples: int, loss: float | None = None, tokens: int | None = None
+) -> None:
+    """Record one optimizer step of this rank: the global step number, the samples (and
+    tokens) this rank processed in it, and its loss. Call it on every rank, every step."""
+    if loss is not None and hasattr(loss, "item"):
+        loss = loss.item()  # a tensor: one sync, as `print(loss.item())` would
+    _REPORTER.report(step, samples, loss, tokens)
+
+
+def _flush() -> None:
+    """Write what is buffered (the runner calls this before a forced exit)."""
+    if _REPORTER.metrics is not None:
+        _REPORTER.metrics.flush()

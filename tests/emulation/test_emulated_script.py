@@ -1,0 +1,40 @@
+"""The example user script (examples/ddp_train.py) as a PyTorchJob, a TrainJob and an Indexed
+Job, rendered by `kubeddp render KIND --script ... -- ARGS` and run by the emulated operators
+(one network namespace per pod). Each ends with the same parameters as a direct `torchrun` run
+of the script with the same world size.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cluster import EmulatedCluster
+from test_emulated_jobs import JOB_SECONDS, render
+
+from tests.helpers import user_script
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# In the pod the snapshot goes to the checkpoint volume (the emulator maps it to a folder).
+SCRIPT_ARGS = ["--script", str(user_script.SCRIPT), "--", *user_script.ARGS,
+               "--snapshot", "/checkpoints/snapshot.pt"]  # fmt: skip
+CASES = {
+    # kind: (name, nodes, workers per node, the pod that logs rank 0, the pod to check)
+    "pytorchjob": ("us", 2, 2, "us-master-0", "us-worker-0"),
+    "trainjob": ("ut", 2, 1, "ut-node-0-0", "ut-node-0-1"),
+    "indexedjob": ("ui", 2, 1, "ui-0", "ui-1"),
+}
+
+
+@pytest.mark.timeout(JOB_SECONDS + user_script.RUN_SECONDS + 60)
+@pytest.mark.parametrize("kind", CASES)
+def test_user_script_trains_like_torchrun(cluster: EmulatedCluster, kind: str) -> None:
+    name, nodes, nproc, first, other = CASES[kind]
+    expected = user_script.torchrun_digest(nodes * nproc)
+    plan = render(kind, "--name", name, "--nodes", str(nodes), "--nproc-per-node", str(nproc),
+                  *SCRIPT_ARGS)  # fmt: skip
+    cluster.start(plan)
+    status = cluster.wait_finished(JOB_SECONDS)
+    assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
+    assert f"rendezvous: {kind}, nodes {nodes}, {nproc} workers/node" in cluster.logs(other)
+    assert f"program: {user_script.SCRIPT}" in cluster.logs(other)
+    assert user_script.digest(cluster.logs(first)) == expected, cluster.log_tails()
+    assert any(cluster.volume(f"emptydir-{first}-checkpoints").glob("snapshot.pt"))

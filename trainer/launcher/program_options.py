@@ -1,0 +1,122 @@
+"""`--script PATH` / `--module NAME`: a user's own program instead of the built-in trainer.
+
+Launch checks the program here, before torch is imported or a worker starts, so a typo is one
+line and exit 2, not a traceback per worker. With a program, everything after `--` is the
+program's own arguments, and launch's --config/--set configure launch only: the metrics
+endpoint and the SIGTERM grace. A --set that only the built-in trainer reads is refused rather
+than silently ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from kubeddp.trainer.config import ConfigError, parse_override
+from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
+from kubeddp.trainer.worker.program import Program
+
+LOCAL_RANK_MACRO = "${local_rank}"  # torchrun replaces it with each worker's local rank
+
+
+class ProgramError(ValueError):
+    """The program named on the command line cannot run; one line with the fix."""
+
+
+def add_program_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "your own program (instead of the built-in trainer; its arguments follow --)"
+    )
+    group.add_argument(
+        "--script",
+        metavar="PATH",
+        help="run this Python file on every worker, as `python PATH ARGS` under torchrun",
+    )
+    group.add_argument(
+        "--module",
+        metavar="NAME",
+        help="run this module on every worker, as `python -m NAME ARGS` under torchrun",
+    )
+
+
+def applies_to_program(key: str) -> bool:
+    """Whether config key `section.key` still means something with --script/--module."""
+    return any(key == allowed or key.startswith(allowed + ".") for allowed in PROGRAM_CONFIG_KEYS)
+
+
+def check_overrides(overrides: list[str], option: str) -> None:
+    """Refuse a --set that only the built-in trainer reads."""
+    for text in overrides:
+        (section, key), _ = parse_override(text)
+        if not applies_to_program(f"{section}.{key}"):
+            raise ConfigError(
+                f"--set {text} configures the built-in trainer, which {option} replaces; pass "
+                "your program's own options after --, or drop it (with a program only "
+                f"{' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
+            )
+
+
+def _check_script(path: str) -> None:
+    if not os.path.exists(path):
+        raise ProgramError(
+            f"--script {path}: no such file (from {os.getcwd()}); give the path of your "
+            "training script"
+        )
+    if not os.path.isfile(path):
+        raise ProgramError(
+            f"--script {path}: not a file; give the path of a Python file (for a package, "
+            "use --module NAME)"
+        )
+
+
+def _check_module(name: str) -> None:
+    # Found, not imported (importing it would run the program here); its parent packages are
+    # imported by find_spec. The workers run `python -m`, which puts the working directory
+    # first on sys.path: look there too.
+    path = [os.getcwd(), *sys.path]
+    saved, sys.path[:] = list(sys.path), path
+    try:
+        spec = importlib.util.find_spec(name)
+        why = "not found"
+    except (ImportError, ValueError) as exc:
+        spec, why = None, f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.path[:] = saved
+    if spec is None:
+        raise ProgramError(
+            f"--module {name}: cannot import it ({why}); install it in the image, run from "
+            "its parent directory, or put that directory on PYTHONPATH"
+        )
+
+
+def program_from_options(
+    script: str | None, module: str | None, program_args: list[str]
+) -> Program | None:
+    """The user's program, checked; None when the built-in trainer runs."""
+    if script is not None and module is not None:
+        raise ProgramError(
+            f"--script {script} and --module {module} are both given; run one program"
+        )
+    if script is not None:
+        _check_script(script)
+        return Program("script", script, tuple(program_args))
+    if module is not None:
+        _check_module(module)
+        return Program("module", module, tuple(program_args))
+    return None
+
+
+def torchrun_worker_args(program: Program) -> list[str]:
+    """The runner's arguments as torchrun must be given them.
+
+    torchrun runs every worker argument through string.Template (to replace ${local_rank}),
+    which also turns `$$` into `$` and replaces `$local_rank`: escape every other `$`, so the
+    program receives its arguments exactly as written, with only ${local_rank} replaced.
+    """
+    return [_escape_dollars(arg) for arg in program.runner_args()]
+
+
+def _escape_dollars(arg: str) -> str:
+    return LOCAL_RANK_MACRO.join(part.replace("$", "$$") for part in arg.split(LOCAL_RANK_MACRO))

@@ -1,0 +1,119 @@
+"""Run a user's own training program as one torchrun worker, as `python` would run it.
+
+    python -m kubeddp.trainer.worker.program script PATH [ARGS...]   # like python PATH ARGS
+    python -m kubeddp.trainer.worker.program module NAME [ARGS...]   # like python -m NAME ARGS
+
+`kubeddp launch --script/--module` starts this under torchrun. The program sees what `python`
+would give it (`__name__ == "__main__"`, `sys.argv`, `sys.path[0]`), plus what kubeddp adds:
+SIGTERM sets `kubeddp.api.stop_requested()` (stop_signal.py), and an exception that escapes
+the program ends the process with the exit code the operators need (failures.py: a peer's
+failure is retryable, the program's own is not) after its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shlex
+import sys
+import traceback
+from dataclasses import dataclass
+
+from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.worker import stop_signal
+from kubeddp.trainer.worker.failures import exit_code_for, one_line
+
+RUNNER_MODULE = "kubeddp.trainer.worker.program"
+MODES = ("script", "module")
+
+
+@dataclass(frozen=True)
+class Program:
+    mode: str  # "script" | "module"
+    target: str  # a file path, or a module name
+    args: tuple[str, ...] = ()
+
+    def runner_args(self) -> list[str]:
+        """The runner's own arguments (after `-m kubeddp.trainer.worker.program`)."""
+        return [self.mode, self.target, *self.args]
+
+    @property
+    def shown(self) -> str:
+        return self.target if self.mode == "script" else f"-m {self.target}"
+
+    def command_line(self) -> str:
+        """As one would type it after `python`, for the log."""
+        start = [self.target] if self.mode == "script" else ["-m", self.target]
+        return shlex.join([*start, *self.args])
+
+
+def _log(message: str) -> None:
+    print(f"[kubeddp] {message}", file=sys.stderr, flush=True)
+
+
+def _preempt_grace_seconds() -> float:
+    from kubeddp.trainer.config import ConfigError, resolved_config
+
+    try:
+        cfg = resolved_config(os.environ)
+    except ConfigError as exc:
+        _log(f"warning: {exc}")
+        cfg = None
+    if cfg is None:
+        return float(constants.PREEMPT_GRACE_SECONDS)
+    return cfg.checkpoint.preempt_grace_seconds
+
+
+def _execute(program: Program) -> None:
+    if program.mode == "script":
+        # `python PATH` puts the script's own directory first on sys.path (symlinks resolved).
+        sys.path[0] = os.path.dirname(os.path.realpath(program.target))
+        sys.argv = [program.target, *program.args]
+        runpy.run_path(program.target, run_name="__main__")
+    else:
+        # `python -m NAME` keeps the working directory first on sys.path, as `-m` here did;
+        # alter_sys sets sys.argv[0] to the module's file, as `python -m` does.
+        sys.argv = [program.target, *program.args]
+        runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+
+
+def run_program(program: Program) -> int:
+    """Run the program in this process; its exit code (0; any other code ends the process)."""
+    stop_signal.install(_preempt_grace_seconds())
+    try:
+        _execute(program)
+    except SystemExit as exc:
+        code = exit_code_for(exc)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr, flush=True)  # sys.exit("message"), as python does
+    except BaseException as exc:  # every escape (KeyboardInterrupt too) maps to an exit code
+        traceback.print_exc()
+        code = exit_code_for(exc)
+        _log(f"{program.shown} failed: {one_line(exc)}; exit code {exit_codes.describe(code)}")
+    else:
+        code = exit_codes.OK
+    stop_signal.flush_reported_steps()
+    sys.stderr.flush()
+    if code != exit_codes.OK:
+        # Not through the interpreter's shutdown: a process group or DDP module still alive
+        # there can abort the process (SIGABRT, "terminate called without an active
+        # exception") and replace this code, which the operators act on, with 134.
+        os._exit(code)
+    return code
+
+
+def parse(argv: list[str]) -> Program:
+    if len(argv) < 2 or argv[0] not in MODES:
+        raise SystemExit(
+            f"usage: python -m {RUNNER_MODULE} {{script PATH|module NAME}} [ARGS...]; "
+            "kubeddp launch --script/--module starts it"
+        )
+    return Program(argv[0], argv[1], tuple(argv[2:]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_program(parse(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
