@@ -123,9 +123,10 @@ CASCADE = (PREEMPTED, RDZV_UNREACHABLE, PEER_FAILED)
 
 
 def describe(code: int) -> str:
-    """`143 (preempted, retryable)` for logs."""
+    """`143 (preempted, retryable)` for the logs of training. A code only the CLI uses (3, 124)
+    is named by what it is there: a program's own code, fatal or retryable."""
     entry = BY_CODE.get(code)
-    if entry is None:
+    if entry is None or entry.where == "cli":
         kind = "retryable" if code >= RETRYABLE_FROM else "fatal"
         return f"{code} ({kind})"
     return f"{code} ({entry.name}, {'retryable' if entry.retryable else 'fatal'})"

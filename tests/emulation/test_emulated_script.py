@@ -13,28 +13,29 @@ from test_emulated_jobs import JOB_SECONDS, render
 from tests.helpers import user_script
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
-# In the pod the snapshot goes to the checkpoint volume (the emulator maps it to a folder).
+# In the pod the snapshot goes to the checkpoint claim (the emulator maps it to a folder).
 SCRIPT_ARGS = ["--script", str(user_script.SCRIPT), "--", *user_script.ARGS,
                "--snapshot", "/checkpoints/snapshot.pt"]  # fmt: skip
 CASES = {
-    # kind: (name, nodes, workers per node, the pod that logs rank 0, the pod to check)
-    "pytorchjob": ("us", 2, 2, "us-master-0", "us-worker-0"),
-    "trainjob": ("ut", 2, 1, "ut-node-0-0", "ut-node-0-1"),
-    "indexedjob": ("ui", 2, 1, "ui-0", "ui-1"),
+    # kind: (name, nodes, workers per node, the pod that logs rank 0, the pod to check, the
+    # rendezvous source launch detects)
+    "pytorchjob": ("us", 2, 2, "us-worker-0", "us-worker-1", "pytorchjob-workers"),
+    "trainjob": ("ut", 2, 1, "ut-node-0-0", "ut-node-0-1", "trainjob"),
+    "indexedjob": ("ui", 2, 1, "ui-0", "ui-1", "indexedjob"),
 }
 
 
 @pytest.mark.timeout(JOB_SECONDS + user_script.RUN_SECONDS + 60)
 @pytest.mark.parametrize("kind", CASES)
 def test_user_script_trains_like_torchrun(cluster: EmulatedCluster, kind: str) -> None:
-    name, nodes, nproc, first, other = CASES[kind]
+    name, nodes, nproc, first, other, source = CASES[kind]
     expected = user_script.torchrun_digest(nodes * nproc)
     plan = render(kind, "--name", name, "--nodes", str(nodes), "--nproc-per-node", str(nproc),
                   *SCRIPT_ARGS)  # fmt: skip
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
-    assert f"rendezvous: {kind}, nodes {nodes}, {nproc} workers/node" in cluster.logs(other)
+    assert f"rendezvous: {source}, nodes {nodes}, {nproc} workers/node" in cluster.logs(other)
     assert f"program: {user_script.SCRIPT}" in cluster.logs(other)
     assert user_script.digest(cluster.logs(first)) == expected, cluster.log_tails()
-    assert any(cluster.volume(f"emptydir-{first}-checkpoints").glob("snapshot.pt"))
+    assert any(cluster.volume("pvc-").glob("snapshot.pt"))  # the job's checkpoint claim

@@ -74,3 +74,10 @@ def test_earliest_failure_wins_over_rank_order(tmp_path: Path) -> None:
     exc = failed(tmp_path, exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED)
     exc.failures[1].timestamp = 50  # rank 1 failed first
     assert exit_code_of_failure(exc) == exit_codes.TRAINING_FAILED
+
+
+def test_a_programs_own_code_is_not_named_after_a_cli_code() -> None:
+    """A user's `sys.exit(3)` is not a "cluster error": that name is the CLI's."""
+    assert exit_codes.describe(exit_codes.CLUSTER_ERROR) == "3 (fatal)"
+    assert exit_codes.describe(exit_codes.PEER_FAILED) == "201 (peer failed, retryable)"
+    assert exit_codes.describe(250) == "250 (retryable)"
