@@ -136,8 +136,8 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
         run(torchrun_args(plan))
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
-        _log(f"[kubeddp] training failed (worker exit code {exit_codes.describe(code)}); see the "
-             "worker output above")  # fmt: skip
+        _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
+             f"{exit_codes.describe(code)}; see the worker output above")  # fmt: skip
         return code
     except SignalException as exc:
         return 128 + int(exc.sigval)
