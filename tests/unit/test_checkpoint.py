@@ -16,7 +16,16 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _state(step: int) -> dict:
-    return {"step": step, "model": {"w": torch.full((3,), float(step))}}
+    """What a checkpoint holds (every key load_newest_valid requires), small."""
+    return {
+        "step": step,
+        "epoch": 0,
+        "consumed": 0,
+        "model": {"w": torch.full((3,), float(step))},
+        "optimizer": {"state": {}, "param_groups": []},
+        "scheduler": {},
+        "scaler": {},
+    }
 
 
 def _write(root: Path, step: int, keep: int = 10) -> Path:
