@@ -288,6 +288,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem)
     if problems:
+        print(
+            f"kubeddp validate: error: {len(problems)} problem(s) in {len(all_docs)} documents "
+            "(listed above); fix them and validate again",
+            file=sys.stderr,
+        )
         return exit_codes.TRAINING_FAILED  # the table's "validate: problems found"
     print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
@@ -173,6 +174,12 @@ class Cluster:
                 ) from None
             ns_file = Path(IN_CLUSTER_NAMESPACE_FILE)
             context_namespace = ns_file.read_text().strip() if ns_file.is_file() else None
+        server = urlsplit(configuration.host or "")
+        if server.scheme not in ("http", "https") or not server.hostname:
+            raise KubeError(
+                f"the cluster's server {configuration.host!r} is not an http(s) URL; fix the "
+                "server of the cluster in the kubeconfig (e.g. https://10.0.0.1:6443)"
+            )
         self.api = client.ApiClient(configuration)
         self.namespace = checked_namespace(namespace or context_namespace or "default")
 

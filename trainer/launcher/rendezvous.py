@@ -325,6 +325,8 @@ def detect_source(env: Mapping[str, str]) -> str:
         return "indexedjob"
     if has_master:
         return "env"
+    if env.get("PET_MASTER_ADDR"):  # part of a TrainJob's set
+        _require(env, TRAINJOB_VARS, "a TrainJob", "set the missing ones, or unset the others")
     if "PET_NNODES" in env:
         raise RendezvousError(
             f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
@@ -336,7 +338,7 @@ def detect_source(env: Mapping[str, str]) -> str:
             "RANK/WORLD_SIZE are set but MASTER_ADDR is not; set MASTER_ADDR and MASTER_PORT "
             "to the rank-0 host, or unset RANK/WORLD_SIZE for a single-node run"
         )
-    if env.get("PET_MASTER_ADDR") or "PET_NODE_RANK" in env:  # part of a TrainJob's set
+    if "PET_NODE_RANK" in env:
         _require(env, TRAINJOB_VARS, "a TrainJob", "set the missing ones, or unset the others")
     stray = [name for name in ELASTIC_ONLY_VARS if env.get(name)]
     if stray:

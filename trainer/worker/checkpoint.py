@@ -56,6 +56,14 @@ def _reason(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:200]
 
 
+def _free_space(root: Path) -> str:
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    return f"{free / 2**20:.1f} MiB free there; "
+
+
 def list_checkpoints(directory: str | Path) -> list[CheckpointRef]:
     """Complete checkpoints in `directory`, newest first; a path naming one checkpoint
     (.../ckpt-00000040) lists just that one."""
@@ -99,8 +107,8 @@ def write_checkpoint(
         # checkpoint, on a disk that is full).
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
-            f"cannot write checkpoint {final}: {_reason(exc)} "
-            "(check free space and write permission of checkpoint.dir)"
+            f"cannot write checkpoint {final}: {_reason(exc)} ({_free_space(root)}check free "
+            "space and write permission of checkpoint.dir)"
         ) from exc
     for old in list_checkpoints(root)[keep:]:
         shutil.rmtree(old.path, ignore_errors=True)
@@ -161,7 +169,7 @@ def load_newest_valid(
         except Exception as exc:  # noqa: BLE001 - any unreadable file means "try the previous"
             log(
                 f"[kubeddp] checkpoint {ref.path} is unreadable ({type(exc).__name__}: "
-                f"{_reason(exc) if str(exc) else ''}); trying the previous one"
+                f"{_reason(exc)}); trying the previous one"
             )
         else:
             problem = state_problem(state) or (check(state) if check else None)
