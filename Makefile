@@ -11,7 +11,7 @@ REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CREATED ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(CREATED)
 
-.PHONY: setup demo test test-fast lint bench chart k8s image image-cpu chart-lint e2e-kind test-image clean
+.PHONY: setup demo test test-fast lint bench bench-gpu chart k8s image image-cpu chart-lint e2e-kind test-image clean
 
 setup: $(VENV)/.installed
 
@@ -53,6 +53,11 @@ e2e-kind: setup
 
 bench: setup
 	$(BIN)/python -m tests.bench.run
+
+# One GPU, about 4 minutes: kubeddp vs a hand-written torchrun loop, bf16 vs fp32, compile, MFU.
+bench-gpu: setup
+	mkdir -p bench-results
+	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
 # Generated from the Python definitions: the chart's values.yaml, values.schema.json,
 # templates/_constants.tpl and README values table, and docs/config-reference.md.

@@ -15,7 +15,7 @@ import torch
 
 from kubeddp.trainer.workloads.charlm import VOCAB_SIZE, CharGPT
 from tests.bench.common import REPO_ROOT
-from tests.bench.gpu import charlm_train_flops_per_token, measure_matmul_peak
+from tests.bench.gpu_flops import charlm_train_flops_per_token, measure_matmul_peak
 
 
 def test_flops_formula_counts_every_matmul_weight_of_the_real_model() -> None:
@@ -52,3 +52,22 @@ def test_tiny_overhead_run_writes_a_report(tmp_path) -> None:
     table = (out / "report.md").read_text()
     assert "| section | benchmark | ratio |" in table
     assert "kubeddp / hand-written DDP loop" in table
+
+
+@pytest.mark.timeout(120)
+def test_gpu_bench_cpu_tiny_runs_kubeddp_and_the_hand_written_loop(tmp_path) -> None:
+    out = tmp_path / "gpu.json"
+    cmd = [sys.executable, "-m", "tests.bench.gpu", "--device", "cpu", "--tiny", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    arms = {arm["key"]: arm for arm in report["arms"]}
+    for key in ("tiny:hand-written:eager:bf16", "tiny:kubeddp:eager:bf16"):
+        assert arms[key]["status"] == "ok", arms[key]
+        assert arms[key]["tokens_per_s"] > 0 and math.isfinite(arms[key]["mfu"])
+        # warm-up 10 steps + two timed windows of 10
+        assert len(arms[key]["window_tokens_per_s"]) == 2
+    assert arms["tiny:kubeddp:compiled:bf16"]["status"].startswith("skipped (--tiny")
+    ratio = next(r for r in report["rows"] if r["name"].endswith("hand-written loop, eager bf16"))
+    assert math.isfinite(ratio["ratio"]) and ratio["ratio"] > 0
+    assert "kubeddp, eager, bf16" in proc.stdout and "x hand-written" in proc.stdout
