@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, yaml_io
 from kubeddp.trainer.arguments import OneLineErrorParser, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
@@ -241,7 +241,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_stdin(yaml_io) -> str:
+def _read_stdin() -> str:
     stream = getattr(sys.stdin, "buffer", None)  # bytes when stdin is a file or a pipe
     if stream is None:
         return yaml_io.decode_text(sys.stdin.read(yaml_io.MAX_BYTES + 1).encode(), "<stdin>")
@@ -252,13 +252,12 @@ def _read_files(files: list[str]) -> list[tuple[str, str]]:
     """(name, text) of each file (- = stdin), through the bounded text reader; ManifestError
     for a file that cannot be read or is not text."""
     from kubeddp.tools.validate import ManifestError
-    from kubeddp.trainer import yaml_io
 
     out = []
     for name in files:
         try:
             if name == "-":
-                out.append(("<stdin>", _read_stdin(yaml_io)))
+                out.append(("<stdin>", _read_stdin()))
             else:
                 out.append((name, yaml_io.read_text(name)))
         except OSError as exc:

@@ -187,6 +187,11 @@ class Cluster:
         host = self.api.configuration.host
         exc = getattr(exc, "reason", None) or exc  # urllib3's MaxRetryError wraps the cause
         name = type(exc).__name__
+        if name == "ConnectTimeoutError":
+            return KubeError(
+                f"the API server at {host} did not accept a connection within "
+                f"{self.timeout[0]}s; check --context/--kubeconfig and that the cluster is up"
+            )
         if "Timeout" in name or isinstance(exc, TimeoutError):
             return KubeError(
                 f"the API server at {host} did not answer within {self.timeout[1]}s ({name}); "

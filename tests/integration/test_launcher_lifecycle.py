@@ -43,9 +43,9 @@ def _gone(pid: int) -> bool:
 def _lock_is_free(directory: Path) -> bool:
     fd = os.open(directory / LOCK_FILE, os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
-    except BlockingIOError:
+    except (BlockingIOError, PermissionError):
         return False
     finally:
         os.close(fd)

@@ -16,9 +16,12 @@ from tests.helpers import mounts
 
 pytestmark = pytest.mark.timeout(60)
 HOLD = """
-import sys, time
+import os, sys, time
 from kubeddp.trainer.worker.checkpoint_lock import WriterLock
 assert WriterLock(sys.argv[1]).acquire() is None
+if len(sys.argv) > 2 and os.fork() == 0:  # a forked helper, like a DataLoader worker
+    time.sleep(60)
+    os._exit(0)
 print("held", flush=True)
 time.sleep(60)
 """
@@ -40,6 +43,25 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
         lock.release()
     finally:
         holder.kill()
+        holder.wait(10)
+
+
+def test_a_forked_child_does_not_keep_the_lock_of_a_dead_holder(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "ckpts"), "fork"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()
+        holder.wait(10)
+        lock = WriterLock(tmp_path / "ckpts")
+        assert lock.acquire() is None and lock.held, "the forked child must not hold it"
+        lock.release()
+    finally:
+        os.killpg(holder.pid, 9)  # the forked child too
         holder.wait(10)
 
 

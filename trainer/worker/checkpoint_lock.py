@@ -2,9 +2,12 @@
 
 Two runs writing ckpt-* into one directory (a restarted job beside orphaned workers of the old
 one, two jobs given the same PVC path) would prune and replace each other's checkpoints. The
-lock is `flock` on <dir>/.kubeddp-writer.lock: the kernel releases it when its holder dies, even
-by SIGKILL, so a crashed run never blocks the next one. The file names its holder (pid, host)
-for the error message.
+lock is a POSIX record lock (`lockf`) on <dir>/.kubeddp-writer.lock: the kernel releases it
+when its holder dies, even by SIGKILL, so a crashed run never blocks the next one; unlike
+`flock`, the processes rank 0 forks (DataLoader workers, compile workers) do not inherit it, so
+none of them keeps it past rank 0's death; and it works on NFS. A POSIX lock belongs to the
+process, so one process is also kept from locking a directory twice by a table of its own. The
+file names its holder (pid, host) for the error message.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ _CANNOT_LOCK = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQU
 
 class DirectoryInUse(CheckpointError):
     """Another live process holds the directory's lock."""
+
+
+_held_here: set[str] = set()  # lock files this process holds (POSIX locks are per process)
 
 
 def check_directory(directory: str | Path) -> Path:
@@ -61,6 +67,11 @@ class WriterLock:
     def acquire(self) -> str | None:
         """Take the lock, or raise DirectoryInUse naming the holder. Returns a warning (and
         holds nothing) when the directory cannot be written at all."""
+        if os.path.realpath(self.path) in _held_here:
+            raise DirectoryInUse(
+                f"checkpoint.dir {self.directory} is in use by another run (pid {os.getpid()} on "
+                f"{socket.gethostname()}: this process); give this one another checkpoint.dir"
+            )
         try:
             root = check_directory(self.directory)
             fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -75,8 +86,8 @@ class WriterLock:
                 f"({exc.strerror}); checkpoints cannot be saved there"
             )
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it
             holder = _read_holder(fd)
             os.close(fd)
             raise DirectoryInUse(
@@ -92,11 +103,13 @@ class WriterLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
+        _held_here.add(os.path.realpath(self.path))
         return None
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
+            _held_here.discard(os.path.realpath(self.path))
+            os.close(self._fd)  # closing it drops the lock
             self._fd = None
 
 
