@@ -58,7 +58,7 @@ def admission_issues(doc: dict) -> list[Issue]:
         env = {
             e.get("name"): e.get("value")
             for e in sequence(mapping(container).get("env"))
-            if isinstance(e, dict)
+            if isinstance(e, dict) and isinstance(e.get("name"), str)
         }
         nnodes = env.get(trainer.ENV_INDEXEDJOB_NNODES)
         if nnodes is not None and nnodes != str(completions):
