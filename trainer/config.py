@@ -157,7 +157,24 @@ class TrainConfig:
         minimum=1,
         maximum=1024,
     )
-    compile: bool = setting(False, "`torch.compile` the model")
+    compile: str = setting(
+        "off",
+        "`torch.compile` the model: `off`, `on`, or `auto` (on when training on CUDA); "
+        "`true`/`false` mean `on`/`off`. Short last batches and evaluation run uncompiled, so "
+        "nothing recompiles at epoch ends",
+        choices=("off", "on", "auto"),
+    )
+    tf32: bool = setting(
+        True,
+        "CUDA: fp32 matmuls may use TF32 tensor cores (10-bit mantissa, about 2x faster); "
+        "`false` keeps full fp32",
+    )
+    drop_last: bool = setting(
+        False,
+        "skip each epoch's short last batch, so every step has the same shape; up to "
+        "`batch_size` - 1 samples per rank (a different set each epoch) are not trained that "
+        "epoch",
+    )
     record_sample_ids: bool = setting(
         False, "keep the sample ids each rank trained in the checkpoint (for tests)"
     )
@@ -320,6 +337,8 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
             return value
         if value is False and "off" in _choices(path):
             return "off"  # YAML 1.1 reads a bare `off` as false
+        if value is True and "on" in _choices(path):
+            return "on"  # and a bare `on` as true (train.compile was a boolean)
     elif isinstance(typ, types.UnionType):
         return value
     name = getattr(typ, "__name__", str(typ))

@@ -154,7 +154,7 @@ def main() -> None:
             "sync_every": args.sync_every if device.type == "cuda" else 1,
         }
         if device.type == "cuda":
-            summary["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+            summary["max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
         Path(args.summary_file).write_text(json.dumps(summary))
     dist.destroy_process_group()
 

@@ -230,6 +230,6 @@ def run_arm(arm: Arm, device: str, work: Path, timeout: float) -> ArmResult:
         wall_seconds=wall,
         step_end_unix=step_ends,
         tokens_per_step=tokens_per_step,
-        max_memory_bytes=data.get("max_memory_allocated_bytes"),
+        max_memory_bytes=data.get("max_memory_allocated"),
         window_tokens_per_s=steady_windows(step_ends, arm.warmup, tokens_per_step),
     )

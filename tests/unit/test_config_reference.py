@@ -14,7 +14,7 @@ from kubeddp.trainer.config import config_fields
 
 pytestmark = pytest.mark.timeout(30)
 DOC = Path(__file__).resolve().parents[2] / CONFIG_REFERENCE
-ROW_RE = re.compile(r"^\| `([a-z_]+\.[a-z_]+)` \| (\w+) \| `([^`]*)` \| (.*) \| (.+) \|$")
+ROW_RE = re.compile(r"^\| `([a-z_0-9]+\.[a-z_0-9]+)` \| (\w+) \| `([^`]*)` \| (.*) \| (.+) \|$")
 
 
 def documented() -> dict[str, tuple[str, str, str, str]]:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,19 @@ def test_two_ranks_sum_into_one_pod_view(tmp_path: Path) -> None:
         assert out[("kubeddp_gpu_memory_allocated_bytes", (("rank", rank),))] == 0
     assert out[("kubeddp_checkpoint_save_duration_seconds_count", ())] == 2
     assert out[("kubeddp_last_checkpoint_timestamp_seconds", ())] == 1025
-    info = [labels for (name, labels) in out if name == "kubeddp_info"]
-    assert info == [(("backend", "gloo"), ("rdzv_source", "pytorchjob"), ("version", "0.1.0"))]
+    info = [dict(labels) for (name, labels) in out if name == "kubeddp_info"]
+    # A CPU run: the GPU stack's labels are there, empty.
+    assert info == [
+        {
+            "backend": "gloo",
+            "rdzv_source": "pytorchjob",
+            "version": "0.1.0",
+            "torch_version": metadata.version("torch"),
+            "cuda_version": "",
+            "nccl_version": "",
+            "driver_version": "",
+        }
+    ]
     assert not [key for key in out if "pid" in dict(key[1])], "a sample carries a pid label"
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from kubeddp.trainer.config import TrainConfig
-from kubeddp.trainer.worker.steps import TrainState, epoch_steps, steps_left
+from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
 
 pytestmark = pytest.mark.timeout(30)
 
 ROWS = 1152  # the resume scenario of tests/helpers/checkpoints.py: 2 ranks x 16 x 36 steps
 
 
-def train(**settings: int) -> TrainConfig:
+def train(**settings: int | bool) -> TrainConfig:
     return TrainConfig(**{"batch_size": 16, "epochs": 2, **settings})
 
 
@@ -63,3 +63,29 @@ def test_nothing_is_left_after_the_last_epoch() -> None:
     assert steps_left(TrainState(step=72, epoch=2), ROWS, 2, train()) == 0
     # Saved on the last step of epoch 0, before the epoch counter moved on: only epoch 1 left.
     assert steps_left(TrainState(step=36, epoch=0, consumed=ROWS), ROWS, 2, train()) == 36
+
+
+def test_drop_last_skips_each_epochs_short_batch() -> None:
+    # 400 rows, batch 30, one rank: 13 full batches and one of 10, which drop_last skips.
+    keep = train(batch_size=30, epochs=1)
+    drop = train(batch_size=30, epochs=1, drop_last=True)
+    assert micro_batches(400, keep) == 14 and micro_batches(400, drop) == 13
+    assert steps_left(TrainState(), 400, 1, drop) == 13
+    assert steps_left(TrainState(), 400, 1, train(batch_size=30, epochs=2, drop_last=True)) == 26
+    # Two ranks: 200 rows each, 6 full batches; 4 per step -> 2 steps (the second with 2).
+    assert (
+        steps_left(
+            TrainState(), 400, 2, train(batch_size=30, grad_accum_steps=4, epochs=1, drop_last=True)
+        )
+        == 2
+    )
+    assert epoch_steps(20, 1, drop) == 0, "fewer rows than a batch: nothing to train"
+
+
+def test_drop_last_resume_ends_where_the_fresh_plan_ends() -> None:
+    cfg = train(batch_size=30, drop_last=True)
+    total = steps_left(TrainState(), 1000, 2, cfg)
+    for step in range(total):
+        epoch, k = divmod(step, epoch_steps(1000, 2, cfg))
+        state = TrainState(step=step, epoch=epoch, consumed=k * 30 * 2)
+        assert state.step + steps_left(state, 1000, 2, cfg) == total, state

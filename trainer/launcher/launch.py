@@ -25,6 +25,7 @@ from kubeddp.trainer.config import (
 from kubeddp.trainer.launcher.agent import run_torchrun
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.rendezvous import RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 
 DEFAULT_RDZV_WAIT_SECONDS = 600.0
@@ -115,6 +116,10 @@ def launch_main(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
     env = os.environ
+    problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
+    if problem:
+        _log(f"kubeddp launch: error: {problem}")
+        return 2
     try:
         options, worker_args = config_options(args, after_dash)
         gpus = (

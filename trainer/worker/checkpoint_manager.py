@@ -24,6 +24,7 @@ from kubeddp.trainer.worker.distributed import DistContext, broadcast_object, ga
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder
 from kubeddp.trainer.worker.preemption import STOP_NONE, STOP_SAVE_FAILED
+from kubeddp.trainer.worker.schedule import restore_optimizer
 from kubeddp.trainer.worker.steps import TrainState
 
 
@@ -67,6 +68,7 @@ class CheckpointManager:
         metrics: TrainingMetrics,
         log: Callable[[str], None],
         sample_ids: SampleIdRecorder | None = None,
+        before_save: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.ctx = ctx
@@ -77,6 +79,7 @@ class CheckpointManager:
         self.metrics = metrics
         self.log = log
         self.sample_ids = sample_ids
+        self.before_save = before_save  # the loop settles what it keeps on the device
         c = cfg.checkpoint
         self.writer = (
             ckpt.AsyncCheckpointWriter(c.dir, c.keep, cfg.to_yaml()) if ctx.is_main else None
@@ -110,6 +113,8 @@ class CheckpointManager:
 
     def save(self, state: TrainState, *, blocking: bool) -> None:
         """Collective: every rank calls it at the same step; rank 0 writes."""
+        if self.before_save is not None:
+            self.before_save()
         rngs = gather_objects(_rng_state())
         records = gather_objects(self.sample_ids.record) if self.sample_ids else None
         if self.writer is None:
@@ -287,7 +292,7 @@ class CheckpointManager:
             )
             return None
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        restore_optimizer(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         rngs = state.get("rng") or []

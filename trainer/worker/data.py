@@ -11,6 +11,11 @@ from kubeddp.trainer.config import TrainConfig
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 
 
+def pins_memory(cfg: TrainConfig, device: torch.device) -> bool:
+    """Batches in page-locked memory: only then is a host-to-GPU copy asynchronous."""
+    return cfg.pin_memory and device.type == "cuda"
+
+
 def build_train_loader(
     dataset: Dataset, sampler: ResumableDistributedSampler, cfg: TrainConfig, device: torch.device
 ) -> DataLoader:
@@ -20,11 +25,34 @@ def build_train_loader(
         batch_size=cfg.batch_size,
         sampler=sampler,
         num_workers=cfg.num_workers,
-        pin_memory=cfg.pin_memory and device.type == "cuda",
+        pin_memory=pins_memory(cfg, device),
         persistent_workers=cfg.persistent_workers and use_workers,
         prefetch_factor=cfg.prefetch_factor if use_workers else None,
-        drop_last=False,
+        drop_last=cfg.drop_last,
     )
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    """The tensors of a tensor, list, tuple or dict batch (nested), in order."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, (list, tuple)):
+        return [t for item in batch for t in tensors_of(item)]
+    if isinstance(batch, dict):
+        return [t for item in batch.values() for t in tensors_of(item)]
+    return []
+
+
+def unpinned_host_tensors(batch: Any) -> int:
+    """Host tensors of a batch outside pinned memory: their copies to a GPU block the host
+    (non_blocking=True is then only a request)."""
+    return sum(1 for t in tensors_of(batch) if t.device.type == "cpu" and not t.is_pinned())
+
+
+def leading_dim(batch: Any) -> int | None:
+    """The batch dimension of a batch: the first dimension of its first tensor."""
+    found = tensors_of(batch)
+    return found[0].shape[0] if found and found[0].dim() else None
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

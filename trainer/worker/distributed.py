@@ -102,10 +102,14 @@ def wrap_ddp(model: torch.nn.Module, cfg: DDPConfig, ctx: DistContext) -> torch.
     )
 
 
-def mean_over_ranks(value: float, ctx: DistContext) -> float:
+def mean_over_ranks(value: float | torch.Tensor, ctx: DistContext) -> float:
+    """The mean of `value` over all ranks (collective), read to the host: one sync."""
+    if isinstance(value, torch.Tensor):
+        total = value.detach().reshape(1).to(torch.float64)
+    else:
+        total = torch.tensor([value], dtype=torch.float64, device=ctx.device)
     if not ctx.distributed:
-        return value
-    total = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+        return total.item()
     dist.all_reduce(total)
     return total.item() / ctx.world_size
 

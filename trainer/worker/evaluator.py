@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from kubeddp.trainer.config import TrainConfig
-from kubeddp.trainer.worker.data import batch_samples, to_device
+from kubeddp.trainer.worker.data import batch_samples, pins_memory, to_device
 from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.precision import autocast
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
@@ -73,8 +73,14 @@ class Evaluator:
         sampler = ResumableDistributedSampler(
             len(ds), ctx.world_size, ctx.rank, seed=0, shuffle=False
         )
-        loader = DataLoader(ds, batch_size=self.cfg.batch_size, sampler=sampler)
-        total = torch.zeros(2, dtype=torch.float64, device=ctx.device)
+        loader = DataLoader(
+            ds,
+            batch_size=self.cfg.batch_size,
+            sampler=sampler,
+            pin_memory=pins_memory(self.cfg, ctx.device),
+        )
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        samples = 0
         self.model.eval()
         with torch.no_grad():
             for i, batch in enumerate(loader):
@@ -84,10 +90,13 @@ class Evaluator:
                 with autocast(ctx.device, self.amp_dtype):
                     loss = self.loss_fn(self.raw_model, batch)
                 n = batch_samples(batch, 1)
-                total += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=ctx.device)
+                loss_sum += loss.detach().double() * n  # on the device: one sync at the end
+                samples += n
         self.model.train()
+        total = torch.stack([loss_sum, torch.full_like(loss_sum, samples)])
         if ctx.distributed:
             dist.all_reduce(total)
-        self.val_loss = (total[0] / total[1].clamp(min=1)).item()
+        mean_loss, count = total.tolist()
+        self.val_loss = mean_loss / max(count, 1)
         self.evaluated_at = step
         return self.val_loss

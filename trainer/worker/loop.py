@@ -2,12 +2,15 @@
 
 Each component decides its own cadence when asked after a step or an epoch: the checkpoint
 manager when to save, the evaluator when to evaluate, the progress output when to log.
+
+The host never waits for the device inside a step: losses stay on the device until a log line
+reads them (losses.py), the stop vote is read two steps after it is cast (preemption.py), and
+clipping's norm is never read. tests/unit/test_no_host_sync.py keeps it that way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from collections.abc import Iterator
@@ -18,7 +21,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.worker.checkpoint_manager import CheckpointManager
-from kubeddp.trainer.worker.data import batch_samples, build_train_loader, to_device
+from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_enabled
+from kubeddp.trainer.worker.data import (
+    batch_samples,
+    build_train_loader,
+    leading_dim,
+    to_device,
+    unpinned_host_tensors,
+)
 from kubeddp.trainer.worker.distributed import (
     DistContext,
     mean_over_ranks,
@@ -26,9 +36,10 @@ from kubeddp.trainer.worker.distributed import (
     wrap_ddp,
 )
 from kubeddp.trainer.worker.evaluator import Evaluator
+from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file
-from kubeddp.trainer.worker.precision import amp_dtype, autocast
+from kubeddp.trainer.worker.precision import amp_dtype, autocast, set_fp32_matmul_precision
 from kubeddp.trainer.worker.preemption import (
     STOP_NONE,
     STOP_PREEMPT,
@@ -39,11 +50,14 @@ from kubeddp.trainer.worker.preemption import (
 from kubeddp.trainer.worker.progress import Progress
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 from kubeddp.trainer.worker.schedule import build_optimizer, build_scheduler
-from kubeddp.trainer.worker.steps import TrainState, steps_left
+from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
+from kubeddp.trainer.worker.versions import runtime_versions
 from kubeddp.trainer.workloads import build_workload
 
 # What close() drops: everything that holds the DDP module, its parameters or the optimizer.
-REFERENCES = "model raw_model optimizer scheduler scaler loader workload checkpoints evaluator"
+REFERENCES = (
+    "model raw_model compiled optimizer scheduler scaler loader workload checkpoints evaluator"
+)
 
 
 class Trainer:
@@ -52,13 +66,25 @@ class Trainer:
         t = cfg.train
         torch.manual_seed(t.seed)
         random.seed(t.seed)
+        set_fp32_matmul_precision(t.tf32, ctx.device)
         self.workload = build_workload(cfg.workload, t.seed)
         self.raw_model = self.workload.model.to(ctx.device)
-        compiled = torch.compile(self.raw_model) if t.compile else self.raw_model
-        self.model = wrap_ddp(compiled, cfg.ddp, ctx)
+        self.compiled = (
+            CompiledForFullBatches(self.raw_model)
+            if compile_enabled(t.compile, ctx.device)
+            else None
+        )
+        inner = self.compiled if self.compiled is not None else self.raw_model
+        self.model = wrap_ddp(inner, cfg.ddp, ctx)
         self.sampler = ResumableDistributedSampler(
             len(self.workload.train_set), ctx.world_size, ctx.rank, seed=t.seed
         )
+        if t.drop_last and epoch_steps(self.sampler.dataset_len, ctx.world_size, t) == 0:
+            raise ValueError(
+                f"train.drop_last=true leaves no full batch: {self.sampler.dataset_len} samples "
+                f"over {ctx.world_size} ranks is less than train.batch_size={t.batch_size} "
+                "per rank; lower the batch size or set train.drop_last=false"
+            )
         self.loader = build_train_loader(self.workload.train_set, self.sampler, t, ctx.device)
         self.state = TrainState()
         self.total_steps = self._plan_total_steps()
@@ -66,13 +92,20 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, t, lambda: self.total_steps)
         self.amp_dtype = amp_dtype(t.amp, ctx.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-        self.progress = Progress(ctx.is_main, t.log_every)
-        self.metrics = TrainingMetrics(
-            cfg.metrics, ctx.rank, ctx.world_size, ctx.backend, device=ctx.device
-        )
         tokens = self.workload.tokens_per_sample
+        self.progress = Progress(ctx.is_main, t.log_every, tokens)
+        self.versions = runtime_versions(ctx.device.type)
+        self.metrics = TrainingMetrics(
+            cfg.metrics,
+            ctx.rank,
+            ctx.world_size,
+            ctx.backend,
+            device=ctx.device,
+            versions=self.versions,
+        )
+        self.losses = DeviceLosses()
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
-        step_times = step_times_file(cfg, ctx.rank, ctx.world_size, tokens)
+        step_times = step_times_file(cfg, ctx.rank, ctx.world_size, tokens, ctx.device)
         self.observers = [o for o in (sample_ids, step_times) if o is not None]
         self.checkpoints = CheckpointManager(
             cfg,
@@ -84,13 +117,14 @@ class Trainer:
             metrics=self.metrics,
             log=self.progress.log,
             sample_ids=sample_ids,
+            before_save=self._settle_first_loss,
         )
         self.evaluator = Evaluator(
             self.workload, t, ctx, self.model, self.raw_model, self.amp_dtype, self.progress.log
         )
         self.stop_vote = StopVote(ctx.device, ctx.distributed, cfg.checkpoint.preempt_grace_seconds)
-        self.last_loss = float("nan")
         self._timeout_switched = False
+        self._copies_checked = ctx.device.type != "cuda"
 
     def _plan_total_steps(self) -> int:
         """The step this run ends at, planned from where it stands at this world size."""
@@ -113,14 +147,16 @@ class Trainer:
                 if code:
                     self.stop_vote.drain()
                     return code
-            self.stop_vote.drain()  # a stop voted during the last step comes too late to act
+            self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
             self.checkpoints.save(self.state, blocking=True)
             self.checkpoints.check_writer()
         t = self.cfg.train
+        last = self.losses.last
+        self._settle_first_loss()
         self.progress.done(
             self.state.step,
-            mean_over_ranks(self.last_loss, self.ctx),
+            mean_over_ranks(last if last is not None else float("nan"), self.ctx),
             self.state.first_loss,
             self.evaluator.val_loss,
             t.batch_size * t.grad_accum_steps * self.ctx.world_size,
@@ -134,7 +170,8 @@ class Trainer:
         t, ctx = self.cfg.train, self.ctx
         return (
             f"[kubeddp] {self.workload.description} | world size {ctx.world_size} "
-            f"({ctx.backend}, {ctx.device.type}) | batch {t.batch_size} x accum "
+            f"({ctx.backend}, {ctx.device.type}) | {self.versions.describe()} | "
+            f"batch {t.batch_size} x accum "
             f"{t.grad_accum_steps} x {ctx.world_size} ranks = "
             f"{t.batch_size * t.grad_accum_steps * ctx.world_size} samples/step | "
             f"{self.total_steps} steps"
@@ -147,7 +184,7 @@ class Trainer:
         for observer in self.observers:
             observer.on_epoch_start(s.epoch, self.sampler)
         batches = self._batches()
-        micro_left = math.ceil(len(self.sampler) / t.batch_size)
+        micro_left = micro_batches(len(self.sampler), t)
         while micro_left:
             micro_steps = min(t.grad_accum_steps, micro_left)
             micro_left -= micro_steps
@@ -172,60 +209,98 @@ class Trainer:
         """One optimizer step over `micro_steps` micro-batches; gradients sync on the last."""
         t, ctx, s = self.cfg.train, self.ctx, self.state
         start = time.perf_counter()
-        data_wait, loss_sum, samples = 0.0, 0.0, 0
+        data_wait, samples = 0.0, 0
+        loss_sum: torch.Tensor | None = None
         for i in range(micro_steps):
             fetch_start = time.perf_counter()
             batch = next(batches)
             data_wait += time.perf_counter() - fetch_start
+            if not self._copies_checked:
+                self._check_copies(batch)
             batch = to_device(batch, ctx.device)
             samples += batch_samples(batch, t.batch_size)
-            loss_sum += self._micro_step(batch, 1.0 / micro_steps, sync=i == micro_steps - 1)
+            loss = self._micro_step(batch, micro_steps, sync=i == micro_steps - 1)
+            loss_sum = loss if loss_sum is None else loss_sum + loss
         self._optimizer_step()
+        assert loss_sum is not None
+        self.losses.add(loss_sum / micro_steps if micro_steps > 1 else loss_sum)
         s.consumed += samples * ctx.world_size
         s.step += 1
-        loss = self.last_loss = loss_sum / micro_steps
-        if s.first_loss is None:
-            s.first_loss = loss
         seconds = time.perf_counter() - start
-        for observer in self.observers:
-            observer.on_step_end(StepEnd(s.step, s.epoch, samples))
+        if self.observers:
+            end = StepEnd(s.step, s.epoch, samples)
+            for observer in self.observers:
+                observer.on_step_end(end)
         if not self._timeout_switched:
             switch_to_training_timeout(self.cfg.ddp)
             self._timeout_switched = True
         lr = self.scheduler.get_last_lr()[0]
-        tokens = self.workload.tokens_per_sample
+        # Reading the loss waits for the device: only on log steps (collective, every rank).
+        loss_value = self.losses.interval_mean(ctx) if self.progress.is_log_step(s.step) else None
+        if loss_value is not None and s.first_loss is None:
+            self._settle_first_loss()
         self.metrics.on_step(
             step=s.step,
             epoch=s.epoch,
-            loss=loss,
+            loss=loss_value,
             lr=lr,
             samples=samples,
-            tokens=samples * tokens,
+            tokens=samples * self.workload.tokens_per_sample,
             step_seconds=seconds,
             data_wait_seconds=data_wait,
         )
-        if self.progress.is_log_step(s.step):
-            loss = mean_over_ranks(loss, ctx)
-        sps = samples * ctx.world_size / seconds if seconds > 0 else 0.0
-        self.progress.step(s.step, s.epoch, loss, lr, sps, sps * tokens, seconds * 1000)
+        first = self.progress.first_step_seconds is None
+        self.progress.step(s.step, s.epoch, lr, samples * ctx.world_size, loss_value)
+        if first:
+            self._log_first_step()
 
-    def _micro_step(self, batch: Any, scale: float, sync: bool) -> float:
+    def _micro_step(self, batch: Any, micro_steps: int, sync: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; its loss, detached, still on the device."""
         no_sync = not sync and isinstance(self.model, DDP)
         with self.model.no_sync() if no_sync else contextlib.nullcontext():
+            if self.compiled is not None:
+                self.compiled.full_batch = leading_dim(batch) == self.cfg.train.batch_size
             with autocast(self.ctx.device, self.amp_dtype):
                 loss = self.workload.loss_fn(self.model, batch)
-            self.scaler.scale(loss * scale).backward()
-        return loss.detach().item()
+            scaled = loss * (1.0 / micro_steps) if micro_steps > 1 else loss
+            self.scaler.scale(scaled).backward()
+        return loss.detach()
 
     def _optimizer_step(self) -> None:
         clip = self.cfg.train.grad_clip
         if clip > 0:
             self.scaler.unscale_(self.optimizer)
+            # Returns the norm as a device tensor; reading it would sync, so it is not read.
             torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+
+    def _settle_first_loss(self) -> None:
+        """The run's first loss into the train state (read once: before the first log line or
+        the first checkpoint, whichever comes first)."""
+        if self.state.first_loss is None:
+            self.state.first_loss = self.losses.first()
+
+    def _check_copies(self, batch: Any) -> None:
+        """Once, on CUDA: warn when batches arrive outside pinned memory (their copies to the
+        GPU then block the host, whatever non_blocking says)."""
+        self._copies_checked = True
+        unpinned = unpinned_host_tensors(batch)
+        if unpinned:
+            self.progress.log(
+                f"[kubeddp] note: {unpinned} tensor(s) of each batch are not in pinned memory, "
+                "so copying them to the GPU blocks the host; keep train.pin_memory=true and "
+                "return CPU tensors from the dataset"
+            )
+
+    def _log_first_step(self) -> None:
+        seconds = self.progress.first_step_seconds or 0.0
+        compiled = ", torch.compile included" if self.compiled is not None else ""
+        self.progress.log(
+            f"[kubeddp] first step: {seconds:.1f}s (warm-up{compiled}); later rates leave it out"
+        )
 
     def _after_step(self) -> int:
         """Act on the ranks' stop vote, then let evaluation and checkpoints take their turn."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from kubeddp.trainer import __version__, constants
 from kubeddp.trainer.config import MetricsConfig
+from kubeddp.trainer.worker.versions import RuntimeVersions, runtime_versions
 
 # Seconds; from a toy CPU step to a large-model step.
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -29,6 +30,16 @@ FLUSH_EVERY_SECONDS = 0.1
 GPU_MEMORY_EVERY_SECONDS = 1.0  # torch.cuda.memory_allocated builds a stats dict: not per step
 
 RESTARTS = "kubeddp_worker_restarts"
+# kubeddp_info's labels: what runs, and the GPU stack under it (empty strings on CPU).
+INFO_LABELS = (
+    "version",
+    "backend",
+    "rdzv_source",
+    "torch_version",
+    "cuda_version",
+    "nccl_version",
+    "driver_version",
+)
 
 
 def multiprocess_dir() -> str | None:
@@ -59,14 +70,13 @@ class _Instruments:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, registry=None)
 
-        self.info = gauge(
-            "kubeddp_info",
-            "Constant 1; labels say what runs",
-            labels=("version", "backend", "rdzv_source"),
-        )
+        self.info = gauge("kubeddp_info", "Constant 1; labels say what runs", labels=INFO_LABELS)
         self.step = gauge("kubeddp_step", "Current global optimizer step")
         self.epoch = gauge("kubeddp_epoch", "Current epoch (0-based)")
-        self.loss = gauge("kubeddp_loss", "Training loss of the latest step (one local rank)")
+        self.loss = gauge(
+            "kubeddp_loss",
+            "Training loss: mean over all ranks and the steps of the latest log interval",
+        )
         self.lr = gauge("kubeddp_learning_rate", "Learning rate of the latest step")
         self.world_size = gauge("kubeddp_world_size", "Number of training processes in the job")
         self.samples = counter("kubeddp_samples", "Training samples processed by this pod")
@@ -144,6 +154,7 @@ class TrainingMetrics:
         backend: str,
         *,
         device: Any = None,
+        versions: RuntimeVersions | None = None,
     ) -> None:
         path = multiprocess_dir() if cfg.enabled else None
         self.enabled = path is not None
@@ -151,7 +162,11 @@ class TrainingMetrics:
             return
         m = self.m = _Instruments()
         source = os.environ.get(constants.ENV_RDZV_SOURCE, "standalone")
-        m.info.labels(__version__, backend, source).set(1)
+        if versions is None:
+            versions = runtime_versions(getattr(device, "type", "cpu"))
+        m.info.labels(
+            version=__version__, backend=backend, rdzv_source=source, **versions.labels()
+        ).set(1)
         m.world_size.set(world_size)
         self._step_seconds = _BufferedHistogram(m.step_seconds.labels(str(rank)))
         self._gpu_memory = m.gpu_memory.labels(str(rank))
@@ -159,7 +174,8 @@ class TrainingMetrics:
         self._cuda_device = device if getattr(device, "type", None) == "cuda" else None
         self._next_gpu_sample = 0.0
         self._next_flush = 0.0
-        self._latest: tuple[int, int, float, float] | None = None
+        self._latest: tuple[int, int, float] | None = None
+        self._loss: float | None = None
         self._pending_samples = 0
         self._pending_tokens = 0
         self._pending_wait = 0.0
@@ -180,7 +196,7 @@ class TrainingMetrics:
         *,
         step: int,
         epoch: int,
-        loss: float,
+        loss: float | None,
         lr: float,
         samples: int,
         tokens: int,
@@ -193,7 +209,9 @@ class TrainingMetrics:
         self._pending_samples += samples
         self._pending_tokens += tokens
         self._pending_wait += data_wait_seconds
-        self._latest = (step, epoch, loss, lr)
+        if loss is not None:  # only log steps read the loss (a host sync); others keep it
+            self._loss = loss
+        self._latest = (step, epoch, lr)
         now = time.monotonic()
         if now >= self._next_flush:
             self._next_flush = now + FLUSH_EVERY_SECONDS
@@ -209,12 +227,14 @@ class TrainingMetrics:
         m = self.m
         self._step_seconds.flush()
         if self._latest is not None:
-            step, epoch, loss, lr = self._latest
+            step, epoch, lr = self._latest
             m.step.set(step)
             m.epoch.set(epoch)
-            m.loss.set(loss)
             m.lr.set(lr)
             self._latest = None
+        if self._loss is not None:
+            m.loss.set(self._loss)
+            self._loss = None
         if self._pending_samples:
             m.samples.inc(self._pending_samples)
             self._pending_samples = 0

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
@@ -35,31 +37,75 @@ class StepObserver:
         """Training ended normally (not preempted or stopped)."""
 
 
+_IMPORTED_UNIX = time.time()
+
+
+def process_start_unix() -> float:
+    """When this process started, as unix time (Linux: /proc, to 10 ms; elsewhere: when this
+    module was imported, which a worker does within its first second)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_UNIX
+
+
+def max_memory_allocated(device: torch.device) -> int:
+    """Peak bytes PyTorch's CUDA allocator handed to tensors on `device`; 0 on CPU."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
+
+
 class StepTimesFile(StepObserver):
     """Rank 0's per-step wall-clock (unix) and process CPU times (all threads), written as JSON
-    to $KUBEDDP_SUMMARY_FILE at the end (tests/bench reads it)."""
+    to $KUBEDDP_SUMMARY_FILE at the end (tests/bench reads it).
+
+    Also: when the worker process started and how long after that its first step ended
+    (`first_step_end_seconds`: start-up plus, with torch.compile, compiling), when training
+    began (`train_start_unix`: model built, checkpoint resumed), and the peak CUDA memory
+    (`max_memory_allocated`, bytes; 0 on CPU). Times are host times: without a sync per step
+    a single step's time is when the host queued it, so compare spans of many steps.
+    """
 
     def __init__(
-        self, path: Path, world_size: int, samples_per_step: int, tokens_per_sample: int
+        self,
+        path: Path,
+        world_size: int,
+        samples_per_step: int,
+        tokens_per_sample: int,
+        device: torch.device | None = None,
     ) -> None:
         self.path = path
+        self.device = device or torch.device("cpu")
         self.header = {
             "world_size": world_size,
             "samples_per_step": samples_per_step,
             "tokens_per_sample": tokens_per_sample,
         }
+        self.worker_start_unix = process_start_unix()
+        self.train_start_unix: float | None = None
         self.step_end_unix: list[float] = []
         self.step_end_cpu: list[float] = []
+
+    def on_epoch_start(self, epoch: int, sampler: ResumableDistributedSampler) -> None:
+        if self.train_start_unix is None:
+            self.train_start_unix = time.time()
 
     def on_step_end(self, end: StepEnd) -> None:
         self.step_end_unix.append(time.time())
         self.step_end_cpu.append(time.process_time())
 
     def on_fit_end(self) -> None:
+        first_end = self.step_end_unix[0] - self.worker_start_unix if self.step_end_unix else None
         summary = {
             **self.header,
             "step_end_unix": self.step_end_unix,
             "step_end_cpu": self.step_end_cpu,
+            "worker_start_unix": self.worker_start_unix,
+            "train_start_unix": self.train_start_unix,
+            "first_step_end_seconds": first_end,
+            "max_memory_allocated": max_memory_allocated(self.device),
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(summary))
@@ -94,7 +140,11 @@ class SampleIdRecorder(StepObserver):
 
 
 def step_times_file(
-    cfg: Config, rank: int, world_size: int, tokens_per_sample: int
+    cfg: Config,
+    rank: int,
+    world_size: int,
+    tokens_per_sample: int,
+    device: torch.device | None = None,
 ) -> StepTimesFile | None:
     """The StepTimesFile $KUBEDDP_SUMMARY_FILE asks for (rank 0 only), else None."""
     path = os.environ.get(constants.ENV_SUMMARY_FILE, "")
@@ -102,4 +152,4 @@ def step_times_file(
         return None
     t = cfg.train
     samples_per_step = t.batch_size * t.grad_accum_steps * world_size
-    return StepTimesFile(Path(path), world_size, samples_per_step, tokens_per_sample)
+    return StepTimesFile(Path(path), world_size, samples_per_step, tokens_per_sample, device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 
 def fmt_duration(seconds: float) -> str:
@@ -13,19 +14,34 @@ def fmt_duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, enabled: bool, log_every: int) -> None:
+    """Rates on a log line count the steps since the previous line; the run's first step
+    (torch.compile, CUDA and allocator warm-up) is timed on its own and kept out of them."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        log_every: int,
+        tokens_per_sample: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.clock = clock
         self.enabled = enabled
         self.log_every = log_every
+        self.tokens_per_sample = tokens_per_sample
         self.tty = enabled and sys.stdout.isatty()
         self.total = 0
-        self.start_step = 0
-        self.start = time.perf_counter()
+        self.begin(0, 0)
 
     def begin(self, step: int, total_steps: int) -> None:
         """Training starts (or resumes) at `step`; rates and the ETA count from here."""
         self.start_step = step
         self.total = total_steps
-        self.start = time.perf_counter()
+        self.start = self.clock()
+        self.first_step_seconds: float | None = None  # begin() to the end of the first step
+        self._eta_from = (self.start, step)  # after the first step: (time, step)
+        self._window = (self.start, step)  # where the current log line's rates count from
+        self._window_samples = 0
+        self._loss: float | None = None  # the latest logged loss (the terminal bar shows it)
 
     def log(self, text: str) -> None:
         if self.enabled:
@@ -34,39 +50,57 @@ class Progress:
             print(text, flush=True)
 
     def is_log_step(self, step: int) -> bool:
-        """Steps whose line is logged with the loss averaged over all ranks (every rank asks)."""
-        return step % self.log_every == 0
+        """Steps whose line is logged with the loss averaged over all ranks (every rank asks:
+        reading the loss is collective)."""
+        return step % self.log_every == 0 or step == self.total
 
-    def step(
-        self,
-        step: int,
-        epoch: int,
-        loss: float,
-        lr: float,
-        samples_per_s: float,
-        tokens_per_s: float,
-        step_ms: float,
-    ) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.perf_counter() - self.start
-        # Steps taken since begin(): after a resume the earlier steps took none of `elapsed`.
-        eta = elapsed / max(1, step - self.start_step) * max(0, self.total - step)
-        if self.is_log_step(step) or step == self.total:
-            tok = f" | {tokens_per_s:,.0f} tok/s" if tokens_per_s else ""
-            self.log(
-                f"step {step}/{self.total} | epoch {epoch} | loss {loss:.4f} | lr {lr:.2e}"
-                f" | {samples_per_s:,.0f} samples/s{tok} | {step_ms:.1f} ms/step"
-                f" | eta {fmt_duration(eta)}"
-            )
+    def step(self, step: int, epoch: int, lr: float, samples: int, loss: float | None) -> None:
+        """Step `step` ended; `samples` counts every rank's; `loss` is given on log steps."""
+        now = self.clock()
+        self._window_samples += samples
+        first = self.first_step_seconds is None
+        if first:
+            self.first_step_seconds = now - self.start
+            self._eta_from = (now, step)
+        if loss is not None:
+            self._loss = loss
+        if loss is not None and self.is_log_step(step):
+            self._line(now, step, epoch, lr, loss)
         elif self.tty:
-            width = 30
-            filled = int(width * step / max(1, self.total))
-            sys.stdout.write(
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {step}/{self.total} "
-                f"loss {loss:.4f} eta {fmt_duration(eta)}"
-            )
-            sys.stdout.flush()
+            self._bar(now, step)
+        if first or loss is not None:
+            self._window = (now, step)
+            self._window_samples = 0
+
+    def _eta(self, now: float, step: int) -> float:
+        since, from_step = self._eta_from
+        if step > from_step:
+            per_step = (now - since) / (step - from_step)
+        else:  # only the first step so far
+            per_step = (now - self.start) / max(1, step - self.start_step)
+        return per_step * max(0, self.total - step)
+
+    def _line(self, now: float, step: int, epoch: int, lr: float, loss: float) -> None:
+        since, from_step = self._window
+        seconds = max(now - since, 1e-9)
+        steps = max(1, step - from_step)
+        sps = self._window_samples / seconds
+        tok = f" | {sps * self.tokens_per_sample:,.0f} tok/s" if self.tokens_per_sample else ""
+        self.log(
+            f"step {step}/{self.total} | epoch {epoch} | loss {loss:.4f} | lr {lr:.2e}"
+            f" | {sps:,.0f} samples/s{tok} | {seconds / steps * 1000:.1f} ms/step"
+            f" | eta {fmt_duration(self._eta(now, step))}"
+        )
+
+    def _bar(self, now: float, step: int) -> None:
+        width = 30
+        filled = int(width * step / max(1, self.total))
+        loss = f"loss {self._loss:.4f} " if self._loss is not None else ""
+        sys.stdout.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {step}/{self.total} "
+            f"{loss}eta {fmt_duration(self._eta(now, step))}"
+        )
+        sys.stdout.flush()
 
     def done(
         self,
@@ -78,7 +112,7 @@ class Progress:
         tokens_per_sample: int,
     ) -> None:
         """The closing line: steps, time, losses and throughput of this run."""
-        elapsed = time.perf_counter() - self.start
+        elapsed = self.clock() - self.start
         steps = step - self.start_step
         sps = steps * samples_per_step / elapsed if elapsed > 0 else 0.0
         tok = f" | {sps * tokens_per_sample:,.0f} tok/s" if tokens_per_sample else ""

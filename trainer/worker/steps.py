@@ -22,10 +22,18 @@ class TrainState:
     first_loss: float | None = None  # the loss of the run's first step (the "start" in the log)
 
 
+def micro_batches(per_rank: int, cfg: TrainConfig) -> int:
+    """Micro-batches one rank runs over `per_rank` samples: with train.drop_last the short
+    last batch is skipped (every batch then has the same shape)."""
+    if cfg.drop_last:
+        return per_rank // cfg.batch_size
+    return math.ceil(per_rank / cfg.batch_size)
+
+
 def epoch_steps(samples: int, world_size: int, cfg: TrainConfig) -> int:
     """Optimizer steps that train `samples` global samples split over `world_size` ranks."""
     per_rank = math.ceil(max(0, samples) / world_size)
-    return math.ceil(math.ceil(per_rank / cfg.batch_size) / cfg.grad_accum_steps)
+    return math.ceil(micro_batches(per_rank, cfg) / cfg.grad_accum_steps)
 
 
 def steps_left(state: TrainState, dataset_len: int, world_size: int, cfg: TrainConfig) -> int:

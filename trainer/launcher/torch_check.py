@@ -1,0 +1,124 @@
+"""Refuse to launch on a torch outside the range kubeddp declares (pyproject.toml).
+
+torchrun's options and torch's APIs change between minors; a torch kubeddp was not tested
+with fails later with a traceback from deep inside torch (or not at all, wrongly). The range
+is read from the installed distribution's metadata, so it is the one pip resolved against;
+without metadata (kubeddp run from a source tree) there is nothing to check.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from importlib import metadata
+
+from kubeddp.trainer.constants import ENV_SKIP_TORCH_CHECK
+
+DISTRIBUTION = "kubeddp"
+
+# `torch>=2.4,<2.15`, `torch (>=2.4)`, `torch[extra]>=2.4; python_version >= "3.10"`; not
+# `torchvision>=0.19`.
+_REQUIREMENT_RE = re.compile(
+    r"^\s*torch\s*(?:\[[^\]]*\])?\s*(?P<spec>[(<>=!~][^;]*?)?\s*(?:;(?P<marker>.*))?$",
+    re.IGNORECASE,
+)
+
+
+def declared_torch_spec(requires: list[str] | None) -> str | None:
+    """The version specifier of the plain `torch` requirement ('>=2.4,<2.15'); None when
+    there is none (or only one behind an extra)."""
+    for line in requires or []:
+        found = _REQUIREMENT_RE.match(line)
+        if found and "extra" not in (found["marker"] or ""):
+            return (found["spec"] or "").strip("() ") or None
+    return None
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """The release numbers of a version ('2.6.0a0+git1' -> (2, 6, 0)); None if unreadable."""
+    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+def _padded(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
+_ORDER: dict[str, Callable[[tuple, tuple], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+
+def _clause_holds(version: tuple[int, ...], clause: str) -> bool | None:
+    """One clause of a specifier, on release numbers; None for what this does not know."""
+    found = re.match(r"^(~=|==|!=|>=|<=|>|<)\s*(\d+(?:\.\d+)*)(\.\*)?$", clause.strip())
+    if not found:
+        return None
+    op, bound_text, wildcard = found.groups()
+    bound = tuple(int(part) for part in bound_text.split("."))
+    if wildcard:
+        if op not in ("==", "!="):
+            return None
+        prefix_matches = version[: len(bound)] == bound
+        return prefix_matches if op == "==" else not prefix_matches
+    if op == "~=":  # ~=2.4 means >=2.4, ==2.*
+        if len(bound) < 2:
+            return None
+        left, right = _padded(version, bound)
+        return left >= right and version[: len(bound) - 1] == bound[:-1]
+    left, right = _padded(version, bound)
+    if op in ("==", "!="):
+        return (left == right) == (op == "==")
+    return _ORDER[op](left, right)
+
+
+def fallback_contains(spec: str, version: str) -> bool | None:
+    """`version` within `spec`, comparing release numbers only; None when unsure."""
+    release = _release(version)
+    if release is None:
+        return None
+    results = [_clause_holds(release, clause) for clause in spec.split(",") if clause.strip()]
+    if any(result is None for result in results):
+        return None
+    return all(results)
+
+
+def spec_contains(spec: str, version: str) -> bool | None:
+    """`version` within `spec` (PEP 440, pre-releases and local builds such as NVIDIA's
+    2.6.0a0+ecf3bae40a.nv25.01 included); None when either cannot be read."""
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return fallback_contains(spec, version)
+    try:
+        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return fallback_contains(spec, version)
+
+
+def torch_version_problem(installed: str | None, spec: str | None) -> str | None:
+    """The one-line error for `installed` torch outside `spec`; None when fine or unknown."""
+    if not installed or not spec:
+        return None
+    if spec_contains(spec, installed) is not False:
+        return None
+    return (
+        f"torch {installed} is installed, but kubeddp supports torch{spec}; install a torch "
+        f"in that range (set {ENV_SKIP_TORCH_CHECK}=1 to launch anyway)"
+    )
+
+
+def installed_torch_problem() -> str | None:
+    """torch_version_problem for this environment (reads metadata only, imports no torch)."""
+    try:
+        spec = declared_torch_spec(metadata.requires(DISTRIBUTION))
+        installed = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    return torch_version_problem(installed, spec)
