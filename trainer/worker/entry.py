@@ -6,12 +6,11 @@ environment); started by a user's own torchrun, it reads --config/--set itself.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
 from kubeddp.trainer import exit_codes
+from kubeddp.trainer.arguments import OneLineErrorParser
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
@@ -19,10 +18,12 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config,
 )
+from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kubeddp worker", description="one DDP training process")
+    die_with_launcher()  # first: a launcher killed from now on takes this worker with it
+    parser = OneLineErrorParser(prog="kubeddp worker", description="one DDP training process")
     add_config_options(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -30,23 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
         return 2
-    return run(cfg)
-
-
-def _write_config_copy(cfg: Config) -> None:
-    """The effective config next to the checkpoints: what produced them, readable by a person."""
     try:
-        Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.checkpoint.dir) / "config.yaml").write_text(cfg.to_yaml())
-    except OSError as exc:
-        print(
-            f"[kubeddp] warning: cannot write {cfg.checkpoint.dir}/config.yaml: {exc.strerror}",
-            flush=True,
-        )
+        return run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (which saves and exits 130)
+        print("[kubeddp] interrupted", file=sys.stderr, flush=True)
+        os._exit(exit_codes.INTERRUPTED)  # peers may be gone: no teardown
 
 
 def run(cfg: Config) -> int:
-    """Train with `cfg` in this process; the exit code (143 after a preemption save)."""
+    """Train with `cfg` in this process; the exit code (143 after a preemption save, 130 after
+    Ctrl-C)."""
+    die_with_launcher()
     rank = int(os.environ.get("RANK", "0"))
     # Imported after the config is known good: torch takes a second or two to import.
     from kubeddp.trainer.worker.checkpoint import CheckpointError
@@ -63,9 +58,8 @@ def run(cfg: Config) -> int:
     except DistributedSetupError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
         return 2
-    if ctx.is_main:
+    if ctx.is_main:  # the checkpoint manager copies it next to the checkpoints
         print("[kubeddp] effective config:\n" + cfg.to_yaml(), flush=True)
-        _write_config_copy(cfg)
     code = 0
     try:
         trainer = Trainer(cfg, ctx)
@@ -83,8 +77,10 @@ def run(cfg: Config) -> int:
     finally:
         trainer.close()
         del trainer
-    if code == exit_codes.PREEMPTED:
+    if code in (exit_codes.PREEMPTED, exit_codes.INTERRUPTED):
         # Peers may already be gone; skip the teardown barrier and exit at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     teardown(barrier=code == 0)
     if rank == 0 and code == 0:
