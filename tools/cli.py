@@ -6,10 +6,13 @@ Heavy imports (torch, kubernetes) happen inside each subcommand so `kubeddp --he
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import typing
 
-EXIT_BAD_INPUT = 2
+from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer.arguments import OneLineErrorParser, number
+
+EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
 # The `cli` extra: what render, validate, submit and the cluster commands import.
 CLI_EXTRA_MODULES = (
@@ -22,10 +25,33 @@ CLI_EXTRA_MODULES = (
     "pydantic",
 )
 INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
+CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
+DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command ends with a code of trainer/exit_codes.py: Ctrl-C is INTERRUPTED, and
+    anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        print(f"kubeddp {command}: interrupted", file=sys.stderr)
+        return exit_codes.INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a trace
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        what = " ".join(str(exc).split())[:300]
+        return _fail(
+            command,
+            f"internal error: {type(exc).__name__}: {what} (a bug in kubeddp; please report "
+            f"it; {DEBUG_ENV}=1 shows the traceback)",
+            exit_codes.INTERNAL_ERROR,
+        )
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "launch":
         from kubeddp.trainer.launcher.launch import launch_main
 
@@ -62,11 +88,22 @@ def parse_command(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Bad options: one line naming the option and pointing to --help, exit 2."""
+def _kube_name(text: str) -> str:
+    from kubeddp.tools.kube import KubeInputError, checked_name
 
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+    try:
+        return checked_name(text, "name")
+    except KubeInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _kube_namespace(text: str) -> str:
+    from kubeddp.tools.kube import KubeInputError, checked_namespace
+
+    try:
+        return checked_namespace(text)
+    except KubeInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,15 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
         ("delete", "delete the job and its ConfigMap/Service/PodMonitor"),
     ):
         cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument("name", metavar="NAME", type=_kube_name)
         cmd.add_argument("--kind", choices=list(KINDS), default=next(iter(KINDS)))
         _add_cluster_options(cmd, with_namespace=True)
         cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
     sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
     sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
-    sub.choices["logs"].add_argument("--tail", type=int, help="last N lines per pod")
-    sub.choices["wait"].add_argument("--timeout", type=float, default=3600.0, help="seconds")
-    sub.choices["wait"].add_argument("--interval", type=float, default=5.0, help="poll seconds")
+    sub.choices["logs"].add_argument("--tail", type=number(int, 0), help="last N lines per pod")
+    sub.choices["wait"].add_argument(
+        "--timeout", type=number(float, 0), default=3600.0, help="seconds"
+    )
+    sub.choices["wait"].add_argument(
+        "--interval", type=number(float, 0, above=True), default=5.0, help="poll seconds"
+    )
     sub.choices["delete"].add_argument(
         "--delete-pvc", action="store_true", help="also delete <name>-checkpoints (rendered PVC)"
     )
@@ -137,8 +178,15 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
     group = parser.add_argument_group("cluster")
     group.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     group.add_argument("--context")
+    group.add_argument(
+        "--request-timeout",
+        type=number(int, 1),
+        default=None,
+        metavar="SECONDS",
+        help="how long one API call may wait for an answer (default 30)",
+    )
     if with_namespace:
-        group.add_argument("-n", "--namespace")
+        group.add_argument("-n", "--namespace", type=_kube_namespace)
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
@@ -146,10 +194,11 @@ def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def _connect(args: argparse.Namespace, timeout: float = 30.0):
-    from kubeddp.tools.kube import Cluster
+def _connect(args: argparse.Namespace, timeout: int | None = None):
+    from kubeddp.tools.kube import DEFAULT_REQUEST_TIMEOUT, Cluster
 
-    return Cluster(args.kubeconfig, args.context, getattr(args, "namespace", None), timeout)
+    seconds = args.request_timeout or timeout or DEFAULT_REQUEST_TIMEOUT
+    return Cluster(args.kubeconfig, args.context, getattr(args, "namespace", None), seconds)
 
 
 def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
@@ -162,7 +211,7 @@ def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
     if args.validate_against == "offline" or not keys:
         return {}
     try:
-        return _connect(args, timeout=5.0).crd_schemas(keys)
+        return _connect(args, timeout=CRD_LOOKUP_TIMEOUT).crd_schemas(keys)
     except KubeError as exc:
         if args.validate_against == "cluster":
             raise
@@ -186,7 +235,7 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
     try:
         problems = validate_documents(docs, command, _crd_schemas(args, docs))
     except KubeError as exc:
-        return [], _fail(command, str(exc), 1)
+        return [], _fail(command, str(exc), exc.exit_code)
     if problems:
         for problem in problems:
             print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
@@ -212,18 +261,37 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_stdin() -> str:
+    stream = getattr(sys.stdin, "buffer", None)  # bytes when stdin is a file or a pipe
+    if stream is None:
+        return yaml_io.decode_text(sys.stdin.read(yaml_io.MAX_BYTES + 1).encode(), "<stdin>")
+    return yaml_io.decode_text(stream.read(yaml_io.MAX_BYTES + 1), "<stdin>")
+
+
 def _read_files(files: list[str]) -> list[tuple[str, str]]:
+    """(name, text) of each file (- = stdin), through the bounded text reader; ManifestError
+    for a file that cannot be read or is not text."""
+    from kubeddp.tools.validate import ManifestError
+
     out = []
     for name in files:
-        if name == "-":
-            out.append(("<stdin>", sys.stdin.read()))
-            continue
-        with open(name, encoding="utf-8") as handle:
-            out.append((name, handle.read()))
+        try:
+            if name == "-":
+                out.append(("<stdin>", _read_stdin()))
+            else:
+                out.append((name, yaml_io.read_text(name)))
+        except OSError as exc:
+            raise ManifestError(f"cannot read {name} ({exc.strerror or exc})") from None
+        except UnicodeDecodeError:  # a text-mode stdin that is not UTF-8
+            raise ManifestError(f"{name} is not UTF-8 text; save it as UTF-8") from None
+        except yaml_io.YamlInputError as exc:
+            raise ManifestError(str(exc)) from None
     return out
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """Exit 0: valid; 1: problems found (printed on stdout); 2: a file that cannot be read
+    or is not YAML objects; 3: --validate-against cluster and the cluster cannot be used."""
     from kubeddp.tools.kube import KubeError
     from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
 
@@ -231,15 +299,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
         sources = [(name, load_documents(text, name)) for name, text in _read_files(args.files)]
         all_docs = [doc for _, docs in sources for doc in docs]
         crds = _crd_schemas(args, all_docs)
-    except (OSError, ManifestError, KubeError) as exc:
+    except ManifestError as exc:
         return _fail("validate", str(exc))
+    except KubeError as exc:
+        return _fail("validate", str(exc), exc.exit_code)
     problems = [p for name, docs in sources for p in validate_documents(docs, name, crds)]
     for problem in problems:
         print(problem)
     for name, docs in sources:
         _print_warnings("validate", docs, name)
     if problems:
-        return 1
+        print(
+            f"kubeddp validate: error: {len(problems)} problem(s) in {len(all_docs)} documents "
+            "(listed above); fix them and validate again",
+            file=sys.stderr,
+        )
+        return exit_codes.TRAINING_FAILED  # the table's "validate: problems found"
     print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
     return 0
 
@@ -272,10 +347,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             sys.stdout.write(to_yaml(docs))
             return 0
         jobs.submit(_connect(args), docs, args.dry_run == "server", sys.stdout)
-    except (OSError, ManifestError) as exc:
+    except ManifestError as exc:
         return _fail("submit", str(exc))
     except KubeError as exc:
-        return _fail("submit", str(exc), 1)
+        return _fail("submit", str(exc), exc.exit_code)
     return 0
 
 
@@ -296,7 +371,7 @@ def _cluster_command(args: argparse.Namespace, command: str) -> int:
         else:
             jobs.delete(cluster, args.kind, args.name, args.delete_pvc, sys.stdout)
     except KubeError as exc:
-        return _fail(command, str(exc), 1)
+        return _fail(command, str(exc), exc.exit_code)
     return 0
 
 

@@ -6,31 +6,58 @@ comes from the kind's module in tools/kinds.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from kubeddp.tools.kinds import KINDS, JobKind
-from kubeddp.tools.kube import Cluster, KubeError
+from kubeddp.tools.kube import Cluster, KubeError, object_path
 from kubeddp.tools.resources import CONFIG_MAP, PERSISTENT_VOLUME_CLAIM, POD, POD_MONITOR
+from kubeddp.trainer import exit_codes
 
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_TIMEOUT = 124
+EXIT_SUCCEEDED = exit_codes.OK
+EXIT_FAILED = exit_codes.TRAINING_FAILED  # the job failed
+EXIT_TIMEOUT = exit_codes.WAIT_TIMEOUT
 
 
 def submit(cluster: Cluster, docs: list[dict], dry_run: bool, out: TextIO) -> None:
     suffix = " (server dry run)" if dry_run else ""
     for doc in docs:
         created = cluster.create(doc, dry_run=dry_run)
-        meta = created.get("metadata") or doc.get("metadata") or {}
+        meta = _mapping(created.get("metadata")) or _mapping(doc.get("metadata"))
         namespace = meta.get("namespace") or cluster.namespace
         print(f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}", file=out)
 
 
+def _mapping(value: object) -> dict:
+    """A field of the API's answer that should be an object ({} when it is not)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _conditions(job: dict) -> list[dict]:
+    conditions = _mapping(job.get("status")).get("conditions")
+    return [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
+
+
+@contextlib.contextmanager
+def _reading_answer(what: str) -> Iterator[None]:
+    """An answer of an unexpected shape (an old operator, a proxy) is the cluster's problem:
+    one line naming what was read, not a traceback."""
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise KubeError(
+            f"the API server's answer for {what} has an unexpected shape "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); check the operator's "
+            "version (kubeddp status reads status.conditions and the replica counts)"
+        ) from None
+
+
 def terminal_state(kind: JobKind, job: dict) -> str | None:
     """'Succeeded', 'Failed' or None (still running), from the conditions."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in _conditions(job):
         if condition.get("status") != "True":
             continue
         if condition.get("type") in kind.success_conditions:
@@ -43,11 +70,11 @@ def terminal_state(kind: JobKind, job: dict) -> str | None:
 def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
     kind = KINDS[kind_name]
     job = cluster.get(kind.resource, name)
-    job_status = job.get("status") or {}
+    job_status = _mapping(job.get("status"))
     state = terminal_state(kind, job) or "Running"
     print(f"{kind.resource.kind} {cluster.namespace}/{name}: {state}", file=out)
     print("conditions:", file=out)
-    for condition in job_status.get("conditions") or []:
+    for condition in _conditions(job):
         reason = condition.get("reason") or ""
         message = condition.get("message") or ""
         print(
@@ -55,14 +82,18 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
             file=out,
         )
     print("replicas:", file=out)
-    for line in kind.replica_lines(job_status):
+    with _reading_answer(f"{kind.resource.kind} {name}"):
+        lines = kind.replica_lines(job_status)
+    for line in lines:
         print(line, file=out)
     print("pods:", file=out)
     for pod in cluster.list_pods(f"{kind.job_name_label}={name}"):
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
-        phase = (pod.get("status") or {}).get("phase", "?")
-        node = (pod.get("spec") or {}).get("nodeName", "-")
+        with _reading_answer(f"pod {pod['metadata']['name']}"):
+            pod_status = _mapping(pod.get("status"))
+            statuses = pod_status.get("containerStatuses") or []
+            restarts = sum(int(_mapping(s).get("restartCount", 0)) for s in statuses)
+            phase = pod_status.get("phase", "?")
+            node = _mapping(pod.get("spec")).get("nodeName", "-")
         print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
 
 
@@ -112,6 +143,8 @@ def logs(
             for line in cluster.pod_log(pod, kind.container, tail_lines).splitlines():
                 print(f"[{pod}] {line}", file=out)
         return
+    from urllib3.exceptions import HTTPError
+
     lock = threading.Lock()
     errors: list[str] = []
 
@@ -119,15 +152,16 @@ def logs(
         query: list[tuple[str, object]] = [("container", kind.container), ("follow", "true")]
         if tail_lines is not None:
             query.append(("tailLines", tail_lines))
-        path = f"{POD.collection_path(cluster.namespace)}/{pod}/log"
         try:
-            response = cluster.stream(path, query)
+            response = cluster.stream(f"{object_path(POD, cluster.namespace, pod)}/log", query)
             for raw in response:
                 for line in raw.decode(errors="replace").splitlines():
                     with lock:
                         print(f"[{pod}] {line}", file=out, flush=True)
         except KubeError as exc:
             errors.append(str(exc))
+        except (HTTPError, OSError) as exc:  # the stream broke off
+            errors.append(f"the log stream of pod {pod} broke off ({type(exc).__name__})")
 
     threads = [threading.Thread(target=pump, args=(pod,), daemon=True) for pod in pods]
     for thread in threads:
@@ -151,7 +185,7 @@ def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: T
         try:
             cluster.delete(resource, companion)
         except KubeError as exc:
-            if "not found" in str(exc) or "has no" in str(exc):
+            if "not found" in str(exc) or "has no" in str(exc):  # never made, or no such API
                 continue
             raise
         print(f"{resource.kind.lower()}/{companion} deleted", file=out)

@@ -10,9 +10,12 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
+from kubeddp.trainer import exit_codes, yaml_io
 
 INSTALL_HINTS = {  # by API group: what to install when its API is missing
     **{kind.resource.group: kind.install_hint for kind in KINDS.values() if kind.install_hint},
@@ -21,10 +24,22 @@ INSTALL_HINTS = {  # by API group: what to install when its API is missing
 }
 RBAC_HINT = "ask an admin to apply k8s/rbac.yaml (Role kubeddp-submitter) and bind it to you"
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+DEFAULT_REQUEST_TIMEOUT = 30  # seconds a call may wait for the API server's answer
+CONNECT_TIMEOUT = 10
+MAX_NAME = 253  # object names: DNS-1123 subdomains
+MAX_LABEL = 63  # namespaces: DNS-1123 labels
 
 
 class KubeError(RuntimeError):
     """A cluster operation failed; the message is one line with the fix."""
+
+    exit_code = exit_codes.CLUSTER_ERROR
+
+
+class KubeInputError(KubeError):
+    """What the user asked for cannot be sent (a bad name, a kind kubeddp does not send)."""
+
+    exit_code = exit_codes.BAD_INPUT
 
 
 RESOURCES = {
@@ -37,23 +52,105 @@ def resource_for(doc: dict) -> Resource:
     key = f"{doc.get('apiVersion')}/{doc.get('kind')}"
     if key not in RESOURCES:
         known = ", ".join(sorted(r.kind for r in RESOURCES.values()))
-        raise KubeError(f"cannot submit {key}: kubeddp sends only {known}; use kubectl for others")
+        raise KubeInputError(
+            f"cannot submit {key}: kubeddp sends only {known}; use kubectl for others"
+        )
     return RESOURCES[key]
 
 
+def checked_name(name: object, what: str) -> str:
+    """`name` if it can be an object name (a DNS-1123 subdomain) else KubeInputError: a name
+    becomes part of the request's URL, so '../x' or 'x?dryRun=All' must never get there."""
+    if not isinstance(name, str) or len(name) > MAX_NAME or not DNS1123_SUBDOMAIN.match(name):
+        raise KubeInputError(
+            f"{what} {name!r} is not a Kubernetes name: use {DNS1123_SUBDOMAIN.means}, at "
+            f"most {MAX_NAME} characters"
+        )
+    return name
+
+
+def checked_namespace(namespace: object) -> str:
+    if (
+        not isinstance(namespace, str)
+        or len(namespace) > MAX_LABEL
+        or not DNS1123_LABEL.match(namespace)
+    ):
+        raise KubeInputError(
+            f"namespace {namespace!r} is not a namespace name: use {DNS1123_LABEL.means}, at "
+            f"most {MAX_LABEL} characters"
+        )
+    return namespace
+
+
+def object_path(resource: Resource, namespace: str, name: str | None = None) -> str:
+    """The REST path of a collection or of one object, from checked names only."""
+    path = resource.collection_path(checked_namespace(namespace))
+    return path if name is None else f"{path}/{checked_name(name, resource.kind.lower())}"
+
+
+def _load_kubeconfig(path: str, context: str | None, configuration: Any) -> str | None:
+    """Read the kubeconfig through kubeddp's bounded YAML reader, set up `configuration`;
+    the namespace of the chosen context."""
+    from kubernetes.config.kube_config import ConfigException, KubeConfigLoader
+
+    try:
+        data = yaml_io.load_file(path, f"kubeconfig {path}")
+    except OSError as exc:
+        raise KubeError(f"cannot read kubeconfig {path} ({exc.strerror or exc})") from None
+    except yaml_io.YamlInputError as exc:
+        raise KubeError(f"{exc}; fix it or pass --kubeconfig") from None
+    if not isinstance(data, dict):
+        raise KubeError(
+            f"kubeconfig {path} is not a kubeconfig (a YAML mapping with clusters, users and "
+            "contexts); fix it or pass --kubeconfig"
+        )
+    try:
+        loader = KubeConfigLoader(
+            config_dict=data,
+            active_context=context,
+            config_base_path=str(Path(path).resolve().parent),
+        )
+        loader.load_and_set(configuration)
+        chosen = loader.current_context or {}
+        return (chosen.get("context") or {}).get("namespace")
+    except Exception as exc:  # noqa: BLE001 - the client fails on a bad file in many ways
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        if not isinstance(exc, ConfigException):
+            why = f"{type(exc).__name__}: {why}"
+        raise KubeError(
+            f"kubeconfig {path} cannot be used ({why}); fix it or pass --kubeconfig/--context"
+        ) from None
+
+
+def _not_json(data: bytes) -> str:
+    start = data[:60].decode(errors="replace")
+    return " ".join(start.split())
+
+
 class Cluster:
-    """An API client plus the namespace to use; all calls return plain JSON dicts."""
+    """An API client plus the namespace to use; all calls return plain JSON dicts.
+
+    Every request goes through `request`: names are checked before a URL is made, every call
+    has a connect and a read timeout (whole seconds: the client ignores a float), and any
+    failure -- refused, reset, timed out, an answer that is not the API's JSON -- becomes a
+    one-line KubeError.
+    """
 
     def __init__(
         self,
         kubeconfig: str | None = None,
         context: str | None = None,
         namespace: str | None = None,
-        request_timeout: float = 30.0,
+        request_timeout: int = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         from kubernetes import client, config
+        from urllib3.util.retry import Retry
 
-        self.request_timeout = request_timeout
+        # (connect, read) in whole seconds: the kubernetes client drops a float timeout.
+        seconds = max(1, int(request_timeout))
+        self.timeout = (min(CONNECT_TIMEOUT, seconds), seconds)
+        if namespace is not None:
+            checked_namespace(namespace)
         path = (
             kubeconfig
             or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
@@ -61,18 +158,10 @@ class Cluster:
         )
         context_namespace = None
         configuration = client.Configuration()
-        configuration.retries = 1  # fail fast on an unreachable server (urllib3 default: 3)
+        # Retry a failed connection once; never a request that was sent (a read timeout).
+        configuration.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0, other=0)
         if Path(path).is_file():
-            try:
-                config.load_kube_config(path, context, client_configuration=configuration)
-                self.api = client.ApiClient(configuration)
-                contexts, active = config.list_kube_config_contexts(config_file=path)
-            except (config.ConfigException, ValueError, OSError) as exc:
-                raise KubeError(
-                    f"kubeconfig {path}: {exc}; fix it or pass --kubeconfig/--context"
-                ) from None
-            chosen = next((c for c in contexts if c["name"] == context), active) or {}
-            context_namespace = (chosen.get("context") or {}).get("namespace")
+            context_namespace = _load_kubeconfig(path, context, configuration)
         elif kubeconfig or context:
             raise KubeError(f"no kubeconfig at {path}; pass --kubeconfig PATH or set KUBECONFIG")
         else:
@@ -83,10 +172,40 @@ class Cluster:
                     f"no Kubernetes credentials: no kubeconfig at {path} and not in a "
                     "pod; set KUBECONFIG or pass --kubeconfig PATH"
                 ) from None
-            self.api = client.ApiClient(configuration)
             ns_file = Path(IN_CLUSTER_NAMESPACE_FILE)
             context_namespace = ns_file.read_text().strip() if ns_file.is_file() else None
-        self.namespace = namespace or context_namespace or "default"
+        server = urlsplit(configuration.host or "")
+        if server.scheme not in ("http", "https") or not server.hostname:
+            raise KubeError(
+                f"the cluster's server {configuration.host!r} is not an http(s) URL; fix the "
+                "server of the cluster in the kubeconfig (e.g. https://10.0.0.1:6443)"
+            )
+        self.api = client.ApiClient(configuration)
+        self.namespace = checked_namespace(namespace or context_namespace or "default")
+
+    def _unreachable(self, exc: BaseException) -> KubeError:
+        host = self.api.configuration.host
+        exc = getattr(exc, "reason", None) or exc  # urllib3's MaxRetryError wraps the cause
+        name = type(exc).__name__
+        if name == "ConnectTimeoutError":
+            return KubeError(
+                f"the API server at {host} did not accept a connection within "
+                f"{self.timeout[0]}s; check --context/--kubeconfig and that the cluster is up"
+            )
+        if "Timeout" in name or isinstance(exc, TimeoutError):
+            return KubeError(
+                f"the API server at {host} did not answer within {self.timeout[1]}s ({name}); "
+                "check that the cluster is up, or raise --request-timeout"
+            )
+        if name == "ProtocolError":  # connected, then no valid HTTP answer
+            return KubeError(
+                f"the API server at {host} closed the connection without a valid answer "
+                f"({name}); check that the kubeconfig's server is a Kubernetes API server"
+            )
+        return KubeError(
+            f"cannot reach the API server at {host} ({name}); "
+            "check --context/--kubeconfig and that the cluster is up"
+        )
 
     def request(
         self,
@@ -96,7 +215,7 @@ class Cluster:
         body: Any = None,
         what: str = "",
     ) -> Any:
-        """One REST call; JSON in, JSON out, errors explained."""
+        """One REST call; JSON in, a JSON object (or a log's text) out, errors explained."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -109,25 +228,33 @@ class Cluster:
                 header_params={"Accept": "application/json", "Content-Type": "application/json"},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=self.request_timeout,
+                _request_timeout=self.timeout,
             )
+            response = response[0] if isinstance(response, tuple) else response
+            data = response.data  # read here: a server may hang or reset mid-body
         except ApiException as exc:
             raise KubeError(explain(exc, method, path, what)) from None
-        except HTTPError as exc:
-            host = self.api.configuration.host
-            raise KubeError(
-                f"cannot reach the API server at {host} ({type(exc).__name__}); "
-                "check --context/--kubeconfig and that the cluster is up"
-            ) from None
-        response = response[0] if isinstance(response, tuple) else response
-        data = response.data
+        except (HTTPError, OSError) as exc:
+            raise self._unreachable(exc) from None
         if path.endswith("/log"):
             return data.decode(errors="replace")
-        return json.loads(data) if data else {}
+        try:
+            answer = json.loads(data) if data else {}
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise KubeError(
+                f"the API server at {self.api.configuration.host} answered {method} {path} "
+                f"with something that is not a Kubernetes object ({_not_json(data)!r}); check "
+                "that the kubeconfig's server is a Kubernetes API server"
+            )
+        return answer
 
     def stream(self, path: str, query: list[tuple[str, Any]]) -> Any:
-        """A streaming GET (logs --follow): returns the urllib3 response."""
+        """A streaming GET (logs --follow): the urllib3 response. Only connecting is timed:
+        a followed log may be quiet for hours."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             response = self.api.call_api(
@@ -136,44 +263,63 @@ class Cluster:
                 query_params=query,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
+                _request_timeout=(self.timeout[0], None),
             )
         except ApiException as exc:
             raise KubeError(explain(exc, "GET", path, "pods/log")) from None
+        except (HTTPError, OSError) as exc:
+            raise self._unreachable(exc) from None
         return response[0] if isinstance(response, tuple) else response
 
     def create(self, doc: dict, dry_run: bool = False) -> dict:
         resource = resource_for(doc)
-        namespace = (doc.get("metadata") or {}).get("namespace") or self.namespace
+        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        if meta.get("name") is not None:
+            checked_name(meta["name"], resource.kind.lower())
+        namespace = meta.get("namespace") or self.namespace
         query = [("dryRun", "All")] if dry_run else []
         return self.request(
-            "POST", resource.collection_path(namespace), query, doc, resource.full_name
+            "POST", object_path(resource, namespace), query, doc, resource.full_name
         )
 
     def get(self, resource: Resource, name: str) -> dict:
         return self.request(
-            "GET", f"{resource.collection_path(self.namespace)}/{name}", what=resource.full_name
+            "GET", object_path(resource, self.namespace, name), what=resource.full_name
         )
 
     def delete(self, resource: Resource, name: str) -> dict:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         return self.request(
             "DELETE",
-            f"{resource.collection_path(self.namespace)}/{name}",
+            object_path(resource, self.namespace, name),
             body=body,
             what=resource.full_name,
         )
 
     def list_pods(self, selector: str) -> list[dict]:
+        """The pods that match, sorted by name; each has a checked metadata.name."""
         data = self.request(
-            "GET", POD.collection_path(self.namespace), [("labelSelector", selector)], what="pods"
+            "GET", object_path(POD, self.namespace), [("labelSelector", selector)], what="pods"
         )
-        return sorted(data.get("items") or [], key=lambda p: p["metadata"]["name"])
+        items = data.get("items") or []
+        if not isinstance(items, list):
+            raise KubeError(
+                f"the API server's pod list has items of type {type(items).__name__}; check "
+                "that the kubeconfig's server is a Kubernetes API server"
+            )
+        pods = []
+        for pod in items:
+            meta = pod.get("metadata") if isinstance(pod, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            checked_name(name, "pod")
+            pods.append(pod)
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     def pod_log(self, pod: str, container: str, tail_lines: int | None = None) -> str:
         query: list[tuple[str, Any]] = [("container", container)]
         if tail_lines is not None:
             query.append(("tailLines", tail_lines))
-        path = f"{POD.collection_path(self.namespace)}/{pod}/log"
+        path = f"{object_path(POD, self.namespace, pod)}/log"
         return self.request("GET", path, query, what="pods/log")
 
     def crd_schemas(self, keys: list[str]) -> dict[str, dict]:
@@ -186,9 +332,19 @@ class Cluster:
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}"
             crd = self.request("GET", path, what="customresourcedefinitions")
             version = key.split("/")[-2]
-            for served in crd.get("spec", {}).get("versions", []):
+            spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
+            versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
+            for served in versions:
+                if not isinstance(served, dict):
+                    continue
+                schema = served.get("schema") if isinstance(served.get("schema"), dict) else {}
                 if served.get("name") == version and served.get("served"):
-                    out[key] = served["schema"]["openAPIV3Schema"]
+                    if not isinstance(schema.get("openAPIV3Schema"), dict):
+                        raise KubeError(
+                            f"CRD {crd_name} has no openAPIV3Schema for {version}; validate "
+                            "with --validate-against offline"
+                        )
+                    out[key] = schema["openAPIV3Schema"]
             if key not in out:
                 group = crd_name.split(".", 1)[1]
                 raise KubeError(f"CRD {crd_name} does not serve {version}; {INSTALL_HINTS[group]}")
@@ -211,7 +367,7 @@ def _group_of(path: str) -> str:
 def explain(exc: Any, method: str, path: str, what: str) -> str:
     """An ApiException -> one line with the fix."""
     status = _status_body(exc)
-    details = status.get("details") or {}
+    details = status.get("details") if isinstance(status.get("details"), dict) else {}
     verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(method, method.lower())
     parts = path.split("/")
     namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else ""
@@ -243,5 +399,7 @@ def explain(exc: Any, method: str, path: str, what: str) -> str:
             f"{what} {name!r} already exists in namespace {namespace!r}; delete it first "
             "(kubeddp delete NAME) or pick another --name"
         )
-    message = status.get("message") or (exc.reason or "error")
+    message = " ".join(str(status.get("message") or exc.reason or "error").split())[:300]
+    if not exc.status:  # no HTTP answer at all (the client reports TLS errors so)
+        return f"cannot {verb} {what}: {message}; check the server's address and certificate"
     return f"{verb} {what} failed ({exc.status}): {message}"

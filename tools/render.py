@@ -28,6 +28,7 @@ from kubeddp.tools.resources import (
     SERVICE,
     SERVICE_ACCOUNT,
 )
+from kubeddp.trainer import yaml_io
 
 CHART_PACKAGE = "kubeddp.chart"
 HOOK_ANNOTATION = "helm.sh/hook"  # `helm test` pods and other hooks are not part of the job
@@ -134,13 +135,16 @@ def render_documents(values: dict[str, Any], provenance: Provenance | None = Non
         )
     except helm.HelmError as exc:
         raise _helm_error(exc, provenance) from None
-    docs = [
-        doc
-        for path, text in sorted(rendered.items())
-        if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(text)
-        if doc and HOOK_ANNOTATION not in ((doc.get("metadata") or {}).get("annotations") or {})
-    ]
+    try:
+        docs = [
+            doc
+            for path, text in sorted(rendered.items())
+            if path.endswith((".yaml", ".yml"))
+            for doc in yaml_io.load_all(text, f"the rendered {path}")
+            if doc and HOOK_ANNOTATION not in ((doc.get("metadata") or {}).get("annotations") or {})
+        ]
+    except yaml_io.YamlInputError as exc:  # values that make the output too deep or too large
+        raise RenderError(f"render: {exc}") from None
     return sorted(docs, key=_apply_order)
 
 

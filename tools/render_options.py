@@ -13,11 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kubeddp.tools.chart_value_types import Flag, OptionError, Value
 from kubeddp.tools.chart_values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
 from kubeddp.tools.kinds import KINDS
+from kubeddp.trainer import yaml_io
 from kubeddp.trainer.config import ConfigError, config_from_dict, parse_override
 
 APPENDED = ("pairs", "list", "config-set")
@@ -84,14 +83,20 @@ def _is_file(text: str) -> bool:
 
 def parse_yaml_option(option: str, text: str, want: type) -> Any:
     """A YAML/JSON value given inline or as a path to a file."""
-    source = Path(text).read_text() if _is_file(text) else text
     try:
-        value = yaml.safe_load(source)
-    except yaml.YAMLError:
-        raise OptionError(
-            f"{option}: {text[:80]!r} is neither a file nor valid YAML/JSON; "
-            "pass a file path or an inline value"
-        ) from None
+        if _is_file(text):
+            value = yaml_io.load_file(text, f"{option} file {text}")
+        else:
+            value = yaml_io.load_one(text, f"{option} {text[:80]!r}")
+    except OSError as exc:
+        raise OptionError(f"{option}: cannot read {text} ({exc.strerror or exc})") from None
+    except yaml_io.YamlInputError as exc:
+        if exc.syntax and not _is_file(text):
+            raise OptionError(
+                f"{option}: {text[:80]!r} is neither a file nor valid YAML/JSON; "
+                "pass a file path or an inline value"
+            ) from None
+        raise OptionError(str(exc)) from None
     if not isinstance(value, want):
         raise OptionError(
             f"{option}: must be a YAML {want.__name__}, got "
@@ -104,14 +109,12 @@ def read_trainer_config(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or "not a text file"
+        data = yaml_io.load_file(path, f"--config: {path}")
+    except OSError as exc:
+        why = exc.strerror or str(exc)
         raise OptionError(f"--config: cannot read {path} ({why}); check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise OptionError(f"--config: {path} is not valid YAML; fix the syntax") from None
+    except yaml_io.YamlInputError as exc:
+        raise OptionError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

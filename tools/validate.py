@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from kubeddp.tools import schema_checks
 from kubeddp.tools.kinds import BY_RESOURCE
 from kubeddp.tools.resources import POD_MONITOR
+from kubeddp.trainer import yaml_io
 
 # Files that sit beside manifests but are never sent to the API server.
 NOT_CLUSTER_OBJECTS = ("kustomize.config.k8s.io/",)
@@ -39,11 +38,9 @@ class ManifestError(ValueError):
 
 def load_documents(text: str, source: str) -> list[dict]:
     try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ManifestError(f"{source}{where}: not valid YAML; fix the syntax") from None
+        docs = yaml_io.load_all(text, source)
+    except yaml_io.YamlInputError as exc:
+        raise ManifestError(str(exc)) from None
     for index, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise ManifestError(
@@ -85,6 +82,10 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
     key = _key(doc)
     if not doc.get("apiVersion") or not doc.get("kind"):
         return [("(document)", "apiVersion and kind are required")]
+    if not isinstance(doc["apiVersion"], str) or not isinstance(doc["kind"], str):
+        return [("(document)", "apiVersion and kind must be strings")]
+    if "metadata" in doc and not isinstance(doc["metadata"], dict):
+        return [("metadata", f"must be a mapping, got {type(doc['metadata']).__name__}")]
     if key.startswith(NOT_CLUSTER_OBJECTS):
         return []
     kind = BY_RESOURCE.get(key)
@@ -118,11 +119,21 @@ def validate_documents(
 ) -> list[Problem]:
     problems = []
     for doc in docs:
+        meta = doc.get("metadata")
+        name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
         if doc.get("apiVersion") == "v1" and doc.get("kind") == "List":
-            items = [item for item in doc.get("items") or [] if isinstance(item, dict)]
-            problems += validate_documents(items, source, crd_schemas)
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                message = f"must be a list of objects, got {type(items).__name__}"
+                problems.append(Problem(source, "List", name, "items", message))
+                continue
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    message = f"must be a Kubernetes object, got {type(item).__name__}"
+                    problems.append(Problem(source, "List", name, f"items[{index}]", message))
+            objects = [item for item in items if isinstance(item, dict)]
+            problems += validate_documents(objects, source, crd_schemas)
             continue
-        name = str((doc.get("metadata") or {}).get("name", "?"))
         for path, message in document_issues(doc, crd_schemas or {}):
             problems.append(Problem(source, str(doc.get("kind", "?")), name, path, message))
     return problems

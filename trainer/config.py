@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from kubeddp.trainer import yaml_io
+
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
 MAX_COUNT = 2**31 - 1
 ONE_WEEK_SECONDS = 7 * 24 * 3600.0
@@ -467,16 +469,6 @@ def config_json_schema() -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": sections}
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """PyYAML's multi-line report as one line: what went wrong, and where (1-based lines)."""
-    parts = []
-    for what, mark in (("context", "context_mark"), ("problem", "problem_mark")):
-        text, where = getattr(exc, what, None), getattr(exc, mark, None)
-        if text:
-            parts.append(f"{text} at line {where.line + 1}" if where else text)
-    return ": ".join(parts) or type(exc).__name__
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], value parsed as a YAML scalar)."""
     if "=" not in text:
@@ -486,12 +478,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if len(keys) != 2 or not all(keys):
         raise ConfigError(f"override {text!r}: the key must be section.key, e.g. train.lr=0.001")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"override {text!r}: the value is not valid YAML ({_yaml_problem(exc)}); "
-            "quote it, e.g. section.key='[1'"
-        ) from None
+        fix = "quote it, e.g. section.key='[1'"
+        value = yaml_io.load_one(raw, "the value", fix) if raw.strip() else ""
+    except yaml_io.YamlInputError as exc:
+        raise ConfigError(f"override {text!r}: {exc}") from None
     return keys, value
 
 
@@ -501,15 +491,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path:
         p = Path(path)
         try:
-            text = p.read_text()
+            loaded = yaml_io.load_file(p, f"config file {p}")
         except OSError as exc:
-            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"config file {p} is not valid YAML ({_yaml_problem(exc)}); fix the syntax"
-            ) from None
+            raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from None
+        except yaml_io.YamlInputError as exc:
+            raise ConfigError(str(exc)) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -62,8 +62,8 @@ TABLE: tuple[ExitCode, ...] = (
         CLUSTER_ERROR,
         "cluster error",
         "cli",
-        "the Kubernetes API could not be used: unreachable, timed out, refused, forbidden, not "
-        "found, or an answer that is not the API's",
+        "the Kubernetes API could not be used: no or a broken kubeconfig, unreachable, timed "
+        "out, refused, forbidden, not found, or an answer that is not the API's",
         "check the kubeconfig/context, RBAC and that the operator is installed",
     ),
     ExitCode(

@@ -227,3 +227,38 @@ def run(
     with started(argv, log_path, env, cwd) as proc:
         code = proc.wait(timeout)
         return Finished(code, proc.output())
+
+
+@dataclass
+class Split:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_split(
+    argv: Sequence[str], work_dir: Path, timeout: float, env: dict[str, str] | None = None
+) -> Split:
+    """Run to completion with stdout and stderr kept apart (files, never pipes); everything it
+    started is killed afterwards, as with `run`."""
+    tag = uuid.uuid4().hex
+    full_env = dict(env if env is not None else child_env())
+    full_env[TAG_ENV] = tag
+    out_path, err_path = work_dir / f"{tag}.out", work_dir / f"{tag}.err"
+    try:
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            popen = subprocess.Popen(
+                list(argv), env=full_env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=err, start_new_session=True,
+            )  # fmt: skip
+            try:
+                code = popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"{' '.join(argv)} still running after {timeout:.0f}s"
+                ) from None
+        return Split(
+            code, out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
+        )
+    finally:
+        kill_tagged(tag)

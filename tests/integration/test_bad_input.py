@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from tests.helpers import procs
+from tests.helpers import bad_inputs, fake_api, procs
 
 pytestmark = pytest.mark.timeout(120)
 UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"
@@ -147,3 +147,56 @@ def test_missing_corpus_is_one_line_per_rank(tmp_path: Path) -> None:
     lines = error_lines(done.output)
     assert sorted(line.split(":")[1] for line in lines) == [" error (rank 0)", " error (rank 1)"]
     assert all("'/nonexistent/corpus.txt' is not a file or directory" in line for line in lines)
+
+
+# One row of each kind of the bad-input table (tests/helpers/bad_inputs.py, all of which run in
+# process in tests/unit/test_bad_inputs.py) as a real process: what the user sees, including
+# anything a library prints on its own (warnings, retry logs) and the interpreter's exit.
+SUBPROCESS_ROWS = (
+    "set-train.max_steps-below-min",
+    "train-workload.n_head=0",
+    "train-config-laughs",
+    "train-config-binary",
+    "render-config-deep-flow",
+    "validate-duplicate-key",
+    "validate-metadata-list",
+    "validate-list-items-number",
+    "env-trainjob-without-nnodes",
+    "env-elastic-port-too-big",
+    "env-rdzv-wait-nan",
+    "rdzv-wait-nan",
+    "delete-name-traversal",
+    "status-name-query",
+    "kubeconfig-server-not-a-url",
+    "kubeconfig-laughs",
+    "api-reset-status",
+    "api-html-delete",
+    "api-hang-status",
+    "api-500-submit",
+)
+ROWS = {row.id: row for row in bad_inputs.all_rows()}
+
+
+@pytest.mark.parametrize("row_id", SUBPROCESS_ROWS)
+def test_bad_input_row_as_a_process(row_id: str, tmp_path: Path) -> None:
+    row = ROWS[row_id]
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    env.update({"HOME": str(tmp_path), "KUBEDDP_DRY_RUN_GPUS": "0", **row.env})
+    for name, content in row.files.items():
+        (tmp_path / name).write_bytes(content)
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in row.argv]
+    with fake_api.running() as server:
+        server.misbehaviour = None if row.api in (None, "ok") else row.api
+        if row.api is not None and "--kubeconfig" not in argv:
+            kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
+            argv += ["--kubeconfig", str(kubeconfig), "--request-timeout", "1"]
+        done = procs.run_split(procs.kubeddp_argv(*argv), tmp_path, timeout=60, env=env)
+        requests = list(server.requests)
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.code == row.code, f"exit {done.code}, want {row.code}\n{done.stderr}"
+    assert len(lines) == 1, done.stderr
+    for word in row.mentions:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+    if row.api_untouched:
+        assert requests == [], requests

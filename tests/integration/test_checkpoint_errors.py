@@ -58,3 +58,32 @@ def test_read_only_directory_with_on_save_error_continue_trains_on(tmp_path: Pat
         line = f"cannot write checkpoint {ro / 'ckpts' / f'ckpt-{step:08d}'}: Read-only file system"
         assert line in done.output, done.output[-4000:]
     assert "done: 12 steps" in done.output
+
+
+def test_full_disk_during_torch_save_with_on_save_error_continue_trains_on(tmp_path: Path) -> None:
+    # A model whose state (~1.2 MB with Adam's moments) fits a 2 MB disk once: the second save
+    # fails inside torch's zip writer, which raises RuntimeError, not OSError.
+    with mounts.tmpfs(tmp_path / "disk", size="2m") as disk:
+        ckpt_dir = disk / "ckpts"
+        argv = procs.kubeddp_argv(
+            "train", "--nproc", "1",
+            "--set", "workload.name=regression",
+            "--set", "workload.input_dim=100",
+            "--set", "workload.hidden_dim=1000",
+            "--set", "train.max_steps=30",
+            "--set", "checkpoint.every_steps=10",
+            "--set", f"checkpoint.dir={ckpt_dir}",
+            "--set", "checkpoint.on_save_error=continue",
+            "--set", "metrics.enabled=false",
+        )  # fmt: skip
+        done = procs.run(argv, tmp_path / "full.log", timeout=120)
+        left = sorted(p.name for p in ckpt_dir.iterdir())
+        steps = ck.steps(ckpt_dir)
+        first_step = ck.newest_state(ckpt_dir)["step"]
+    assert done.code == 0, done.output[-4000:]
+    assert "Traceback" not in done.output, "a full disk is a save error, not a crash"
+    for step in (20, 30):
+        assert f"cannot write checkpoint {ckpt_dir / f'ckpt-{step:08d}'}" in done.output
+    assert "done: 30 steps" in done.output
+    assert steps == [10] and first_step == 10, "the checkpoint saved before stays intact"
+    assert not [name for name in left if name.startswith(".tmp")], f"temporaries left: {left}"

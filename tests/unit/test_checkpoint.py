@@ -16,7 +16,16 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _state(step: int) -> dict:
-    return {"step": step, "model": {"w": torch.full((3,), float(step))}}
+    """What a checkpoint holds (every key load_newest_valid requires), small."""
+    return {
+        "step": step,
+        "epoch": 0,
+        "consumed": 0,
+        "model": {"w": torch.full((3,), float(step))},
+        "optimizer": {"state": {}, "param_groups": []},
+        "scheduler": {},
+        "scaler": {},
+    }
 
 
 def _write(root: Path, step: int, keep: int = 10) -> Path:
@@ -196,3 +205,60 @@ def test_async_writer_reports_a_failed_background_save_on_wait(tmp_path: Path) -
     with pytest.raises(ckpt.CheckpointError, match="ckpt-00000005"):
         writer.wait()
     writer.wait()  # the error is reported once
+
+
+def test_any_save_error_is_a_checkpoint_error_and_leaves_no_temporary(tmp_path: Path) -> None:
+    # torch's zip writer reports a full disk as RuntimeError; an unpicklable value fails with a
+    # pickling error: neither is an OSError, both are a failed save like any other.
+    state = {**_state(5), "bad": lambda: None}
+    with pytest.raises(ckpt.CheckpointError, match="cannot write checkpoint .*ckpt-00000005"):
+        ckpt.write_checkpoint(tmp_path, 5, state, "", keep=3)
+    assert list(tmp_path.iterdir()) == [], "the failed save's temporary must go at once"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (torch.zeros(3), "holds a Tensor"),
+        ({"step": 5}, "has no model"),
+        ({**_state(5), "model": [torch.zeros(1)]}, "its model is a list"),
+        ({**_state(5), "step": -1}, "its step is -1"),
+        ({**_state(5), "step": True}, "its step is a bool"),
+        ({**_state(5), "model": {"w": 1.0}}, "not tensors"),
+    ],
+    ids=["tensor", "no-model", "model-list", "negative-step", "bool-step", "model-floats"],
+)
+def test_wrong_content_falls_back_to_the_previous_and_is_kept(
+    tmp_path: Path, content: object, problem: str
+) -> None:
+    _write(tmp_path, 5)
+    newest = _write(tmp_path, 10)
+    torch.save(content, newest / ckpt.STATE_FILE)
+    messages: list[str] = []
+    bad: list[ckpt.CheckpointRef] = []
+    found = ckpt.load_newest_valid(tmp_path, log=messages.append, on_bad=bad.append)
+    assert found is not None and found[0].step == 5
+    assert messages == [messages[0]] and "holds the wrong content" in messages[0], messages
+    assert problem in messages[0]
+    assert [ref.path for ref in bad] == [newest] and newest.exists()
+
+
+def test_a_check_of_the_caller_rejects_too(tmp_path: Path) -> None:
+    _write(tmp_path, 5)
+    _write(tmp_path, 10)
+    messages: list[str] = []
+    found = ckpt.load_newest_valid(
+        tmp_path, log=messages.append, check=lambda s: "too new" if s["step"] > 5 else None
+    )
+    assert found is not None and found[0].step == 5 and "(too new)" in messages[0]
+
+
+def test_set_aside_keeps_a_bad_checkpoint_out_of_the_listing(tmp_path: Path) -> None:
+    _write(tmp_path, 5)
+    first = ckpt.set_aside(ckpt.list_checkpoints(tmp_path)[0])
+    _write(tmp_path, 5)
+    second = ckpt.set_aside(ckpt.list_checkpoints(tmp_path)[0])
+    assert first == tmp_path / "ckpt-00000005.bad" and second == tmp_path / "ckpt-00000005.bad-1"
+    assert ckpt.list_checkpoints(tmp_path) == []
+    _write(tmp_path, 6, keep=1)  # pruning and the stale sweep leave them alone
+    assert first.exists() and second.exists()

@@ -119,3 +119,53 @@ def test_fit_after_a_resume_plans_the_steps_left(tmp_path: Path, capsys) -> None
     out = capsys.readouterr().out
     assert "| 12 steps" in out and "step 10/12 |" in out and "done: 12 steps" in out, out
     assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [12, 8, 4]
+
+
+def test_another_seed_is_refused_in_one_line(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path))
+    other = _trainer(tmp_path, "train.seed=99")
+    with pytest.raises(ckpt.CheckpointError, match="written with train.seed=1234") as err:
+        other.checkpoints.resume()
+    assert "\n" not in str(err.value) and "set train.seed=1234 to resume" in str(err.value)
+    other.close()
+
+
+def test_the_seed_of_an_older_checkpoint_comes_from_its_config_copy(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path))
+    newest = ckpt.list_checkpoints(tmp_path)[0]
+    state = ckpt.load_state(newest)
+    del state["seed"]  # written before checkpoints recorded it
+    torch.save(state, newest.path / ckpt.STATE_FILE)
+    other = _trainer(tmp_path, "train.seed=7")
+    with pytest.raises(ckpt.CheckpointError, match="train.seed=1234"):
+        other.checkpoints.resume()
+    other.close()
+
+
+def test_tensors_of_another_shape_fall_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
+    _fit(_trainer(tmp_path))
+    newest = ckpt.list_checkpoints(tmp_path)[0]
+    state = ckpt.load_state(newest)
+    state["model"]["0.weight"] = torch.zeros(3, 3)  # same model hash, wrong tensor
+    torch.save(state, newest.path / ckpt.STATE_FILE)
+    messages: list[str] = []
+    again = _trainer(tmp_path)
+    again.checkpoints.log = messages.append
+    resumed = again.checkpoints.resume()
+    again.close()
+    assert resumed is not None and resumed.step == 4
+    assert any("holds the wrong content (its tensor 0.weight has shape" in m for m in messages)
+    assert (tmp_path / f"{newest.path.name}.bad").is_dir(), "set aside, kept"
+
+
+def test_one_writer_per_directory_in_one_process_too(tmp_path: Path) -> None:
+    first = _trainer(tmp_path)
+    first.checkpoints.resume()
+    second = _trainer(tmp_path)
+    with pytest.raises(ckpt.CheckpointError, match="is in use by another run"):
+        second.checkpoints.resume()
+    second.close()
+    first.close()
+    third = _trainer(tmp_path)
+    third.checkpoints.resume()  # free again once the first closed
+    third.close()

@@ -1,26 +1,24 @@
-"""Contract tests of the cluster commands: a stdlib HTTP server on 127.0.0.1 answers the
-Kubernetes REST paths the official client calls. They check the request shape (method, path,
-query, body, token) and the one-line errors (CRD missing, forbidden, no kubeconfig). They do not
-prove behaviour against a real API server (the kind CI job does that)."""
+"""Contract tests of the cluster commands: a stdlib HTTP server on 127.0.0.1
+(tests/helpers/fake_api.py) answers the Kubernetes REST paths the official client calls. They
+check the request shape (method, path, query, body, token) and the one-line errors (CRD
+missing, forbidden, no kubeconfig). They do not prove behaviour against a real API server (the
+kind CI job does that)."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
 
 from kubeddp.tools.cli import main
-from tests.helpers import reference
+from kubeddp.trainer.exit_codes import CLUSTER_ERROR
+from tests.helpers import fake_api, reference
+from tests.helpers.fake_api import TOKEN, status_body
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = reference.CRDS
-TOKEN = "contract-test-token"
-NS = "team"
+NS = fake_api.NAMESPACE
 PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
@@ -31,98 +29,12 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 pytestmark = pytest.mark.timeout(60)
 
 
-def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "details": details or {},
-        "code": code,
-    }
-
-
-class FakeApiServer:
-    """Routes (method, path) -> (status, body); records every request."""
-
-    def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], tuple[int, object]] = {}
-        self.requests: list[dict] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                url = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                fake.requests.append(
-                    {
-                        "method": self.command,
-                        "path": url.path,
-                        "query": dict(parse_qsl(url.query)),
-                        "body": json.loads(raw) if raw else None,
-                        "authorization": self.headers.get("Authorization"),
-                    }
-                )
-                status, body = fake.routes.get(
-                    (self.command, url.path), (404, "404 page not found")
-                )
-                if callable(body):
-                    body = body()
-                if isinstance(body, (dict, list)):
-                    data, ctype = json.dumps(body).encode(), "application/json"
-                else:
-                    data, ctype = str(body).encode(), "text/plain"
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _serve
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
-        self.routes[(method, path)] = (status, {} if body is None else body)
-
-    def calls(self, method: str | None = None) -> list[dict]:
-        return [r for r in self.requests if method is None or r["method"] == method]
-
-
 @pytest.fixture
 def api(tmp_path, monkeypatch):
-    server = FakeApiServer()
-    server.thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "test",
-                "clusters": [{"name": "c", "cluster": {"server": server.url}}],
-                "users": [{"name": "u", "user": {"token": TOKEN}}],
-                "contexts": [
-                    {"name": "test", "context": {"cluster": "c", "user": "u", "namespace": NS}}
-                ],
-            }
-        )
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    try:
+    with fake_api.running() as server:
+        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         yield server
-    finally:
-        server.server.shutdown()
-        server.server.server_close()
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -193,7 +105,7 @@ def test_missing_crd_for_validation_is_named_with_install_command(api, capsys):
         status_body(404, "NotFound", "not found", {"name": "trainjobs.trainer.kubeflow.org"}),
     )
     code, _, err = run(["render", "trainjob", "--validate-against", "cluster"], capsys)
-    assert code == 1
+    assert code == CLUSTER_ERROR
     assert "trainjobs.trainer.kubeflow.org is not installed" in err
     assert "manifests/overlays/manager?ref=v2.3.0" in err
 
@@ -202,7 +114,7 @@ def test_missing_pytorchjob_crd_on_submit_says_install_training_operator(api, ca
     api.route("POST", CONFIGMAPS, 201)  # PyTorchJobs: the default plain "404 page not found"
     api.route("POST", CLAIMS, 201)
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
-    assert code == 1
+    assert code == CLUSTER_ERROR
     (line,) = err.strip().splitlines()
     assert "install the Kubeflow training operator" in line
     assert "kubectl apply --server-side -k" in line and "ref=v1.9.4" in line
@@ -212,7 +124,7 @@ def test_missing_trainjob_crd_on_submit_says_install_trainer(api, capsys):
     api.route("POST", CONFIGMAPS, 201)
     api.route("POST", CLAIMS, 201)
     code, _, err = run(["submit", "trainjob", "--validate-against", "offline"], capsys)
-    assert code == 1
+    assert code == CLUSTER_ERROR
     assert "Kubeflow Trainer v2.3.0" in err and "overlays/runtimes?ref=v2.3.0" in err
 
 
@@ -229,7 +141,7 @@ def test_forbidden_names_verb_resource_and_rbac_file(api, capsys):
         ),
     )
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
-    assert code == 1
+    assert code == CLUSTER_ERROR
     (line,) = err.strip().splitlines()
     assert "forbidden: cannot create configmaps in namespace 'team'" in line
     assert "k8s/rbac.yaml" in line
@@ -243,7 +155,7 @@ def test_already_exists_says_delete_first(api, capsys):
         status_body(409, "AlreadyExists", "exists", {"name": "kubeddp-config"}),
     )
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
-    assert code == 1 and "already exists" in err and "kubeddp delete" in err
+    assert code == CLUSTER_ERROR and "already exists" in err and "kubeddp delete" in err
 
 
 def test_no_kubeconfig_is_one_clear_line(tmp_path, monkeypatch, capsys):
@@ -251,14 +163,14 @@ def test_no_kubeconfig_is_one_clear_line(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     code, _, err = run(["status", "demo"], capsys)
-    assert code == 1
+    assert code == CLUSTER_ERROR
     (line,) = err.strip().splitlines()
     assert "no Kubernetes credentials" in line and "--kubeconfig" in line
 
 
 def test_explicit_kubeconfig_that_does_not_exist(tmp_path, capsys):
     code, _, err = run(["status", "demo", "--kubeconfig", str(tmp_path / "nope")], capsys)
-    assert code == 1 and "no kubeconfig at" in err
+    assert code == CLUSTER_ERROR and "no kubeconfig at" in err
 
 
 def test_submit_file_uses_the_documents_namespace(api, tmp_path, capsys):
@@ -345,7 +257,7 @@ def test_status_of_a_missing_job(api, capsys):
         ),
     )
     code, _, err = run(["status", "nope"], capsys)
-    assert code == 1 and "'nope' not found in namespace 'team'" in err
+    assert code == CLUSTER_ERROR and "'nope' not found in namespace 'team'" in err
 
 
 @pytest.mark.parametrize(("condition", "exit_code"), [("Succeeded", 0), ("Failed", 1)])
@@ -410,7 +322,7 @@ def test_logs_follow_streams_every_pod(api, capsys):
 def test_logs_without_pods_says_so(api, capsys):
     api.route("GET", PODS, 200, {"items": []})
     code, _, err = run(["logs", "demo", "-n", "other"], capsys)
-    assert code == 1 and "no pods" in err
+    assert code == CLUSTER_ERROR and "no pods" in err
     assert api.calls("GET")[0]["path"] == "/api/v1/namespaces/other/pods"
 
 
@@ -433,7 +345,9 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
 def test_delete_forbidden(api, capsys):
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, status_body(403, "Forbidden", "no"))
     code, _, err = run(["delete", "demo"], capsys)
-    assert code == 1 and "cannot delete pytorchjobs.kubeflow.org" in err and "rbac" in err
+    assert (
+        code == CLUSTER_ERROR and "cannot delete pytorchjobs.kubeflow.org" in err and "rbac" in err
+    )
 
 
 def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, capsys):

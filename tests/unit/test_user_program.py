@@ -267,6 +267,7 @@ EXITS = {
         "exit code 201 (peer failed, retryable)",
     ),  # fmt: skip
     "preempted": ("import sys; sys.exit(143)", exit_codes.PREEMPTED, None),
+    "Ctrl-C": ("raise KeyboardInterrupt", exit_codes.INTERRUPTED, "interrupted; exit code 130"),
 }
 
 
@@ -280,6 +281,8 @@ def test_exit_codes(tmp_path: Path, case: str) -> None:
         assert message in done.stderr
     if "exception" in case or "peer" in case:
         assert "Traceback (most recent call last)" in done.stderr  # the program's own traceback
+    if case == "Ctrl-C":
+        assert "Traceback" not in done.stderr  # quietly
 
 
 SIGNAL_PROGRAM = """\

@@ -63,6 +63,11 @@ def mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def sequence(value: Any) -> list:
+    """A list field of a manifest, [] when it is something else (the schema reports that)."""
+    return value if isinstance(value, list) else []
+
+
 def name_issues(doc: dict) -> list[Issue]:
     name = mapping(doc.get("metadata")).get("name")
     if not isinstance(name, str) or not DNS1035.match(name) or len(name) > 63:
@@ -71,7 +76,7 @@ def name_issues(doc: dict) -> list[Issue]:
 
 
 def container_names(template: Any) -> list[str]:
-    containers = mapping(mapping(template).get("spec")).get("containers") or []
+    containers = sequence(mapping(mapping(template).get("spec")).get("containers"))
     return [c.get("name") for c in containers if isinstance(c, dict)]
 
 

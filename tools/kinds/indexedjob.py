@@ -8,7 +8,14 @@ index. The rules below check that env against the Job's shape.
 from __future__ import annotations
 
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools.kinds import Issue, JobKind, mapping, name_issues, pod_count_lines
+from kubeddp.tools.kinds import (
+    Issue,
+    JobKind,
+    mapping,
+    name_issues,
+    pod_count_lines,
+    sequence,
+)
 from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
 from kubeddp.tools.resources import SERVICE, Resource
 from kubeddp.trainer import constants as trainer
@@ -47,11 +54,11 @@ def admission_issues(doc: dict) -> list[Issue]:
                 f"must be {name!r} (the headless Service) so {name}-0.{name} resolves",
             )
         )
-    for container in pod.get("containers") or []:
+    for container in sequence(pod.get("containers")):
         env = {
             e.get("name"): e.get("value")
-            for e in mapping(container).get("env") or []
-            if isinstance(e, dict)
+            for e in sequence(mapping(container).get("env"))
+            if isinstance(e, dict) and isinstance(e.get("name"), str)
         }
         nnodes = env.get(trainer.ENV_INDEXEDJOB_NNODES)
         if nnodes is not None and nnodes != str(completions):

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from kubeddp.tools import schema_checks
 from kubeddp.tools.k8s_names import JOB_COMPLETION_INDEX_LABEL
-from kubeddp.tools.kinds import Issue, JobKind, container_names, mapping, name_issues
+from kubeddp.tools.kinds import (
+    Issue,
+    JobKind,
+    container_names,
+    mapping,
+    name_issues,
+    sequence,
+)
 from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
 from kubeddp.tools.resources import Resource
 from kubeddp.trainer import constants as trainer
@@ -42,9 +49,9 @@ NO_RUNTIME_PATCH = (
 
 def _patch_container_issues(spec: dict) -> list[Issue]:
     issues: list[Issue] = []
-    for p_index, patch in enumerate(spec.get("runtimePatches") or []):
+    for p_index, patch in enumerate(sequence(spec.get("runtimePatches"))):
         runtime = mapping(mapping(patch).get("trainingRuntimeSpec"))
-        jobs = mapping(mapping(runtime.get("template")).get("spec")).get("replicatedJobs") or []
+        jobs = sequence(mapping(mapping(runtime.get("template")).get("spec")).get("replicatedJobs"))
         for j_index, job in enumerate(jobs):
             job = mapping(job)
             if job.get("name") != REPLICATED_JOB:
@@ -67,7 +74,7 @@ def admission_issues(doc: dict) -> list[Issue]:
     issues = name_issues(doc)
     spec = mapping(doc.get("spec"))
     trainer_spec = mapping(spec.get("trainer"))
-    for index, var in enumerate(trainer_spec.get("env") or []):
+    for index, var in enumerate(sequence(trainer_spec.get("env"))):
         name = mapping(var).get("name")
         if name in RESERVED_ENV:
             issues.append(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 from kubeddp.trainer.worker.failures import one_line
 
@@ -132,8 +134,15 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
         threads = threads_per_worker(plan.nproc_per_node, available_cpus())
         os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
     os.environ.update(shutdown_timeout_env(preempt_grace))
+    os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
+    args = torchrun_args(plan)
+    # torchrun's log dir (error files) under our scratch dir, not a torchelastic_* in /tmp
+    # that nobody removes; a killed launch's is swept by the next.
+    own_log_dir = None if args.log_dir else scratch.owned_dir(constants.RUN_DIR_PREFIX)
+    if own_log_dir is not None:
+        args.log_dir = str(own_log_dir)
     try:
-        run(torchrun_args(plan))
+        run(args)
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
@@ -147,6 +156,9 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
         code = exit_codes.PEER_FAILED
         _log(f"[kubeddp] rendezvous lost: {one_line(exc)}; exit code {exit_codes.describe(code)}")
         return code
+    finally:
+        if own_log_dir is not None:
+            shutil.rmtree(own_log_dir, ignore_errors=True)
     return 0
 
 

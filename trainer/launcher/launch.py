@@ -8,11 +8,13 @@ grace from it, and hands it to the workers.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Mapping
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.arguments import OneLineErrorParser, number
 from kubeddp.trainer.config import (
     ConfigError,
     add_config_options,
@@ -35,6 +37,8 @@ from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_re
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
 DEFAULT_RDZV_WAIT_SECONDS = 600.0
+MAX_RDZV_WAIT_SECONDS = 7 * 24 * 3600.0  # a finite bound: nan or inf would wait forever
+MAX_RESTARTS = 10_000
 
 
 def _split_worker_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -98,7 +102,7 @@ def node_flags_argv(args: argparse.Namespace) -> list[str]:
 
 
 def launch_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog="kubeddp launch",
         description="Start DDP training from whatever launched this process (torchrun, "
         "PyTorchJob, elastic PyTorchJob, TrainJob, Indexed Job, plain env, or nothing). "
@@ -114,13 +118,13 @@ def launch_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-restarts",
-        type=int,
+        type=number(int, 0, high=MAX_RESTARTS),
         default=None,
         help="torchrun worker-group restarts before failing",
     )
     p.add_argument(
         "--rdzv-wait",
-        type=float,
+        type=number(float, 0, high=MAX_RDZV_WAIT_SECONDS),
         default=None,
         help="seconds to wait for the rendezvous host's DNS name and port "
         f"(default ${constants.ENV_RDZV_WAIT_SECONDS} or 600)",
@@ -137,9 +141,9 @@ def config_options(
 ) -> tuple[argparse.Namespace, list[str]]:
     """Launch's own --config/--set and those after `--` as one set of options, and the worker
     arguments that stand for them (what follows `--` is kept as written)."""
-    parser = argparse.ArgumentParser(prog="kubeddp worker", description="worker arguments")
+    parser = OneLineErrorParser(prog="kubeddp worker", description="worker arguments")
     add_config_options(parser)
-    theirs = parser.parse_args(after_dash)  # an unknown flag exits 2 with argparse's usage line
+    theirs = parser.parse_args(after_dash)  # an unknown flag: one line, exit 2
     if own.config and theirs.config:
         raise ConfigError(
             f"--config is given before and after -- ({own.config}, {theirs.config}); keep one"
@@ -155,9 +159,12 @@ def _env_number(env: Mapping[str, str], name: str, kind: type, default: float = 
     if raw is None:
         return default
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise RendezvousError(f"{name}={raw!r} is not a number; set a number or unset it") from None
+    if not math.isfinite(value) or value < 0:
+        raise RendezvousError(f"{name}={raw!r} must be a finite number >= 0; set one or unset it")
+    return value
 
 
 def _worker_command(
@@ -212,6 +219,11 @@ def launch_main(argv: list[str]) -> int:
             deadline = _env_number(
                 env, constants.ENV_RDZV_WAIT_SECONDS, float, DEFAULT_RDZV_WAIT_SECONDS
             )
+            if deadline > MAX_RDZV_WAIT_SECONDS:
+                raise RendezvousError(
+                    f"{constants.ENV_RDZV_WAIT_SECONDS}={deadline:g} is more than a week "
+                    f"({MAX_RDZV_WAIT_SECONDS:g} s); set a shorter wait"
+                )
     except (ConfigError, RendezvousError) as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
@@ -253,13 +265,13 @@ def launch_main(argv: list[str]) -> int:
 def train_main(argv: list[str]) -> int:
     """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine."""
     own, after_dash = _split_worker_args(argv)
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
         "--script/--module your own program runs and everything after -- goes to it",
     )
     p.add_argument("--nproc", default=None, help="worker processes (default: GPUs, else 1)")
-    p.add_argument("--max-restarts", type=int, default=None)
+    p.add_argument("--max-restarts", type=number(int, 0, high=MAX_RESTARTS), default=None)
     p.add_argument("--dry-run", action="store_true")
     add_config_options(p)
     add_program_options(p)

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import MetricsConfig
+from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.pushgateway import (
     PushgatewayAddressError,
     check_gateway_address,
@@ -119,8 +119,8 @@ def start_pod_metrics(
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    scratch = constants.SCRATCH_DIR if os.path.isdir(constants.SCRATCH_DIR) else None
-    directory = tempfile.mkdtemp(prefix=constants.METRICS_DIR_PREFIX, dir=scratch)
+    # Named for this launch; what a killed launch left is swept here.
+    directory = str(scratch.owned_dir(constants.METRICS_DIR_PREFIX))
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=directory)
     try:

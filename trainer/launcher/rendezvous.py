@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,16 +52,20 @@ class RendezvousPlan:
         return json.dumps(dataclasses.asdict(self), sort_keys=False)
 
 
+MAX_COUNT = 2**31 - 1  # node counts, ranks, restarts: what torchrun's C ints hold
+_WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits only: int() takes '٣' and '1_0'
+_ENDPOINT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/]+):(?P<port>[0-9]{1,5})")
+
+
 def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
-    raw = env[name]
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RendezvousError(
-            f"{name}={raw!r} is not an integer; set it to a whole number"
-        ) from None
-    if value < minimum:
-        raise RendezvousError(f"{name}={value} must be >= {minimum}")
+    raw = env.get(name)
+    if raw is None:
+        raise RendezvousError(f"{name} is not set; set it to a whole number")
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        raise RendezvousError(f"{name}={raw!r} is not an integer; set it to a whole number")
+    value = int(raw)
+    if value < minimum or value > MAX_COUNT:
+        raise RendezvousError(f"{name}={value} must be >= {minimum} and <= {MAX_COUNT}")
     return value
 
 
@@ -71,6 +76,30 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     if port > 65535:
         raise RendezvousError(f"{name}={port} is not a TCP port; use 1-65535")
     return port
+
+
+def _endpoint(raw: str, name: str, hint: str = "") -> tuple[str, int]:
+    """`host:port` (an IPv6 host in brackets), the port 1-65535."""
+    found = _ENDPOINT.fullmatch(raw)
+    if not found:
+        raise RendezvousError(f"{name}={raw!r} must be host:port{hint}")
+    port = int(found.group("port"))
+    if not 1 <= port <= 65535:
+        raise RendezvousError(f"{name}={raw!r}: port {port} is not a TCP port; use 1-65535")
+    return found.group("host"), port
+
+
+def _require(env: Mapping[str, str], names: tuple[str, ...], source: str, fix: str) -> None:
+    """The variables an operator always sets together: a partial set is one line, not a
+    KeyError (or a silently different plan)."""
+    missing = [name for name in names if not env.get(name)]
+    if missing:
+        given = [name for name in names if env.get(name)]
+        raise RendezvousError(
+            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} set but "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not; {source} sets "
+            f"{', '.join(names)} together: {fix}"
+        )
 
 
 def resolve_nproc(
@@ -181,14 +210,11 @@ def _plan_pytorchjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Calla
 
 def _plan_elastic(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
     endpoint = env.get("PET_RDZV_ENDPOINT", "")
-    if ":" not in endpoint:
-        raise RendezvousError(
-            f"PET_RDZV_ENDPOINT={endpoint!r} must be host:port (the operator sets "
-            "<job>-worker-0:23456 for an elasticPolicy)"
-        )
-    host, port_raw = endpoint.rsplit(":", 1)
-    if not host or not port_raw.isdigit():
-        raise RendezvousError(f"PET_RDZV_ENDPOINT={endpoint!r} must be host:port")
+    host, port = _endpoint(
+        endpoint,
+        "PET_RDZV_ENDPOINT",
+        " (the operator sets <job>-worker-0:23456 for an elasticPolicy)",
+    )
     lo, hi = _nnodes_range(env.get("PET_NNODES", "1"), "PET_NNODES")
     nproc = resolve_nproc(
         nproc_flag or env.get("PET_NPROC_PER_NODE", "auto"), "PET_NPROC_PER_NODE", env, gpus
@@ -202,7 +228,7 @@ def _plan_elastic(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable
         nproc_per_node=nproc,
         node_rank=None,
         rdzv_backend=env.get("PET_RDZV_BACKEND") or "c10d",
-        rdzv_endpoint=f"{host}:{port_raw}",
+        rdzv_endpoint=f"{host}:{port}",
         world_size=None,
         rdzv_id=rdzv_id,
         max_restarts=max_restarts,
@@ -211,7 +237,11 @@ def _plan_elastic(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable
     )
 
 
+TRAINJOB_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR")
+
+
 def _plan_trainjob(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
+    _require(env, TRAINJOB_VARS, "a TrainJob", "set the missing ones, or unset the others")
     nnodes = _int(env, "PET_NNODES", 1)
     rank = _int(env, "PET_NODE_RANK")
     nproc = resolve_nproc(
@@ -288,7 +318,11 @@ def _plan_env(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[],
 
 
 def _plan_standalone(env: Mapping[str, str], nproc_flag: str | None, gpus: Callable[[], int]):
-    nproc = resolve_nproc(nproc_flag or "auto", "--nproc-per-node", env, gpus)
+    # torchrun's own default for --nproc-per-node is $PET_NPROC_PER_NODE; so is ours.
+    source_var = "--nproc-per-node" if nproc_flag else "PET_NPROC_PER_NODE"
+    nproc = resolve_nproc(
+        nproc_flag or env.get("PET_NPROC_PER_NODE") or "auto", source_var, env, gpus
+    )
     return RendezvousPlan(
         source="standalone",
         nnodes="1",
@@ -325,6 +359,8 @@ def detect_source(env: Mapping[str, str]) -> str:
         )
     if has_master:
         return "env"
+    if env.get("PET_MASTER_ADDR"):  # part of a TrainJob's set
+        _require(env, TRAINJOB_VARS, "a TrainJob", "set the missing ones, or unset the others")
     if "PET_NNODES" in env:
         raise RendezvousError(
             f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
@@ -337,6 +373,15 @@ def detect_source(env: Mapping[str, str]) -> str:
         raise RendezvousError(
             "RANK/WORLD_SIZE are set but MASTER_ADDR is not; set MASTER_ADDR and MASTER_PORT "
             "to the rank-0 host, or unset RANK/WORLD_SIZE for a single-node run"
+        )
+    if "PET_NODE_RANK" in env:
+        _require(env, TRAINJOB_VARS, "a TrainJob", "set the missing ones, or unset the others")
+    stray = [name for name in ELASTIC_ONLY_VARS if env.get(name)]
+    if stray:
+        raise RendezvousError(
+            f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but "
+            "PET_RDZV_ENDPOINT is not; an elastic PyTorchJob sets PET_RDZV_ENDPOINT "
+            "(host:port) with them: set it, or unset them for a single-node run"
         )
     return "standalone"
 
@@ -437,6 +482,10 @@ def _plan_flags_elastic(
         max_restarts=3,  # as an elastic PyTorchJob: a lost node is why one runs elastic
         in_kubernetes=_in_kubernetes(env),
     )
+
+
+# Settings of an elastic rendezvous: meaningless (so a sign of a broken env) without its endpoint.
+ELASTIC_ONLY_VARS = ("PET_RDZV_BACKEND", "PET_RDZV_ID", "PET_RDZV_CONF")
 
 
 _PLANNERS = {

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,21 @@ def _write_file(path: Path, write) -> None:
         write(f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's first line (torch's C++ errors span many), at most 200 characters."""
+    text = getattr(exc, "strerror", None) or str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def _free_space(root: Path) -> str:
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    return f"{free / 2**20:.1f} MiB free there; "
 
 
 def list_checkpoints(directory: str | Path) -> list[CheckpointRef]:
@@ -85,11 +101,14 @@ def write_checkpoint(
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
-    except OSError as exc:
+    except Exception as exc:
+        # Any failure, not only OSError: torch's zip writer reports a full disk as a
+        # RuntimeError. The half-written temporary goes at once (it may be as large as a
+        # checkpoint, on a disk that is full).
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
-            f"cannot write checkpoint {final}: {exc.strerror or exc} "
-            "(check free space and write permission of checkpoint.dir)"
+            f"cannot write checkpoint {final}: {_reason(exc)} ({_free_space(root)}check free "
+            "space and write permission of checkpoint.dir)"
         ) from exc
     for old in list_checkpoints(root)[keep:]:
         shutil.rmtree(old.path, ignore_errors=True)
@@ -105,16 +124,78 @@ def load_state(ref: CheckpointRef) -> dict[str, Any]:
     return torch.load(ref.path / STATE_FILE, map_location="cpu", weights_only=True)
 
 
-def load_newest_valid(directory: str | Path, log=print) -> tuple[CheckpointRef, dict] | None:
-    """Newest checkpoint that loads; a corrupt one is reported and skipped, never deleted."""
+# What every checkpoint kubeddp writes holds, and the type of each.
+REQUIRED_KEYS: dict[str, type] = {
+    "model": dict,
+    "optimizer": dict,
+    "scheduler": dict,
+    "scaler": dict,
+    "step": int,
+    "epoch": int,
+    "consumed": int,
+}
+
+
+def state_problem(state: Any) -> str | None:
+    """Why a loaded state.pt is not a kubeddp checkpoint (it unpickled, but holds something
+    else: a tensor, a dict of another program), or None."""
+    if not isinstance(state, dict):
+        return f"{STATE_FILE} holds a {type(state).__name__}, not a checkpoint's state"
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        return f"{STATE_FILE} has no {', '.join(missing)}"
+    for key, kind in REQUIRED_KEYS.items():
+        value = state[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"its {key} is a {type(value).__name__}, not a {kind.__name__}"
+        if kind is int and value < 0:
+            return f"its {key} is {value}"
+    if not all(isinstance(t, torch.Tensor) for t in state["model"].values()):
+        return "its model holds values that are not tensors"
+    return None
+
+
+def load_newest_valid(
+    directory: str | Path,
+    log=print,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+    on_bad: Callable[[CheckpointRef], None] | None = None,
+) -> tuple[CheckpointRef, dict] | None:
+    """Newest checkpoint that loads and holds a checkpoint's content (`check` may ask more);
+    a bad one is reported and skipped (`on_bad` may set it aside), never deleted."""
     for ref in list_checkpoints(directory):
         try:
-            return ref, load_state(ref)
+            state = load_state(ref)
         except Exception as exc:  # noqa: BLE001 - any unreadable file means "try the previous"
             log(
                 f"[kubeddp] checkpoint {ref.path} is unreadable ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}); trying the previous one"
+                f"{_reason(exc)}); trying the previous one"
             )
+        else:
+            problem = state_problem(state) or (check(state) if check else None)
+            if problem is None:
+                return ref, state
+            log(
+                f"[kubeddp] checkpoint {ref.path} holds the wrong content ({problem}); "
+                "trying the previous one"
+            )
+        if on_bad is not None:
+            on_bad(ref)
+    return None
+
+
+def set_aside(ref: CheckpointRef) -> Path | None:
+    """Rename a bad checkpoint to <name>.bad[-N]: kept for inspection, but never listed,
+    pruned, tried again or replaced by a new save of the same step. None if it cannot move."""
+    for attempt in range(100):
+        target = ref.path.with_name(f"{ref.path.name}.bad" + (f"-{attempt}" if attempt else ""))
+        if target.exists():
+            continue
+        try:
+            os.rename(ref.path, target)
+        except OSError:
+            return None
+        return target
     return None
 
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from kubeddp.trainer import yaml_io
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.worker import checkpoint as ckpt
+from kubeddp.trainer.worker.checkpoint_lock import WriterLock
 from kubeddp.trainer.worker.distributed import DistContext, broadcast_object, gather_objects
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder
@@ -38,6 +40,19 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+
+
+def _seed_of(state: dict[str, Any]) -> int | None:
+    """train.seed of the run that wrote `state` (older checkpoints: from their config copy)."""
+    if isinstance(state.get("seed"), int):
+        return state["seed"]
+    try:
+        config = yaml_io.load_one(str(state.get("config") or ""), "the checkpoint's config")
+    except yaml_io.YamlInputError:
+        return None
+    train = config.get("train") if isinstance(config, dict) else None
+    seed = train.get("seed") if isinstance(train, dict) else None
+    return seed if isinstance(seed, int) else None
 
 
 class CheckpointManager:
@@ -69,6 +84,7 @@ class CheckpointManager:
         self.writer = (
             ckpt.AsyncCheckpointWriter(c.dir, c.keep, cfg.to_yaml()) if ctx.is_main else None
         )
+        self.lock = WriterLock(c.dir) if ctx.is_main else None
         self.stop_reason = STOP_NONE  # STOP_SAVE_FAILED once a save fails under policy "stop"
 
     # ---- save --------------------------------------------------------------------------
@@ -85,6 +101,7 @@ class CheckpointManager:
             "model_hash": self.cfg.model_hash(),
             "config_hash": self.cfg.config_hash(),
             "config": self.cfg.to_yaml(),
+            "seed": self.cfg.train.seed,
             "first_loss": state.first_loss,
         }
 
@@ -134,18 +151,80 @@ class CheckpointManager:
         if self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.wait()
+        if self.lock is not None:
+            self.lock.release()
+
+    # ---- the directory -------------------------------------------------------------------
+    def claim_directory(self) -> None:
+        """Collective, before anything is read or written: rank 0 takes checkpoint.dir's
+        writer lock and copies the config there; a directory that is a file, or that another
+        live run holds, ends every rank with the same one-line CheckpointError."""
+        problem = None
+        if self.lock is not None:
+            try:
+                warning = self.lock.acquire()
+            except ckpt.CheckpointError as exc:
+                problem = str(exc)
+            else:
+                if warning:
+                    self.log(warning)
+                if self.lock.held:
+                    self._write_config_copy()
+        problem = broadcast_object(problem)
+        if problem:
+            raise ckpt.CheckpointError(problem)
+
+    def _write_config_copy(self) -> None:
+        """The effective config next to the checkpoints: what produced them, for a person."""
+        path = Path(self.cfg.checkpoint.dir) / "config.yaml"
+        try:
+            path.write_text(self.cfg.to_yaml())
+        except OSError as exc:
+            self.log(f"[kubeddp] warning: cannot write {path}: {exc.strerror}")
+
+    def _set_aside(self, ref: ckpt.CheckpointRef) -> None:
+        """A bad checkpoint in our own directory moves out of the way (kept, never deleted):
+        the resumed run would otherwise replace it when it saves the same step again."""
+        moved = ckpt.set_aside(ref)
+        if moved is not None:
+            self.log(f"[kubeddp] kept the bad checkpoint for inspection as {moved}")
+
+    def _content_problem(self, state: dict[str, Any]) -> str | None:
+        """What makes a checkpoint of this model unusable beyond its layout: tensor names or
+        shapes, or optimizer groups, that are not this model's (another model is reported as
+        such by _load; weights_only takes what fits)."""
+        if self.cfg.checkpoint.weights_only or state.get("model_hash") != self.cfg.model_hash():
+            return None
+        own = self.model.state_dict()
+        theirs = state["model"]
+        if set(theirs) != set(own):
+            return f"its model has {len(theirs)} tensors by other names than this model's"
+        for name, tensor in own.items():
+            if theirs[name].shape != tensor.shape:
+                return f"its tensor {name} has shape {tuple(theirs[name].shape)}"
+        groups = state["optimizer"].get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
+            return "its optimizer state does not fit this model"
+        return None
 
     # ---- resume ------------------------------------------------------------------------
     def resume(self) -> TrainState | None:
-        """Load what checkpoint.resume names (collective); the state to continue from, or None
-        to start at step 0 (nothing to resume, or weights only)."""
+        """Claim checkpoint.dir, then load what checkpoint.resume names (collective); the state
+        to continue from, or None to start at step 0 (nothing to resume, or weights only)."""
+        self.claim_directory()
         c = self.cfg.checkpoint
         if c.resume == "never":
             return None
         directory = c.dir if c.resume == "auto" else c.resume
+        own_directory = self.lock is not None and self.lock.held and c.resume == "auto"
         path, loaded = None, None
         if self.ctx.is_main:
-            found = ckpt.load_newest_valid(directory, log=self.log)
+            found = ckpt.load_newest_valid(
+                directory,
+                log=self.log,
+                check=self._content_problem,
+                on_bad=self._set_aside if own_directory else None,
+            )
             if found:
                 path, loaded = str(found[0].path), found[1]
         path = broadcast_object(path)
@@ -161,18 +240,45 @@ class CheckpointManager:
             state: dict[str, Any] | None = loaded or ckpt.load_state(ref)
         except Exception:  # noqa: BLE001 - this pod cannot see rank 0's disk; rank 0 sends it
             state = None
+        if state is not None and loaded is None and self._unusable(state):
+            state = None  # this rank's copy differs from what rank 0 checked; take rank 0's
         if not all(gather_objects(state is not None)):
             state = broadcast_object(state if self.ctx.is_main else None)
         assert state is not None
         return self._load(state, ref)
 
+    def _unusable(self, state: dict[str, Any]) -> bool:
+        return (ckpt.state_problem(state) or self._content_problem(state)) is not None
+
     def _load(self, state: dict[str, Any], ref: ckpt.CheckpointRef) -> TrainState | None:
+        try:
+            return self._restore(state, ref)
+        except ckpt.CheckpointError:
+            raise
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise ckpt.CheckpointError(
+                f"checkpoint {ref.path} cannot be restored ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}); move it out of checkpoint.dir, or set "
+                "checkpoint.resume=never to start afresh"
+            ) from None
+
+    def _restore(self, state: dict[str, Any], ref: ckpt.CheckpointRef) -> TrainState | None:
         weights_only = self.cfg.checkpoint.weights_only
         if state.get("model_hash") != self.cfg.model_hash() and not weights_only:
             raise ckpt.CheckpointError(
                 f"checkpoint {ref.path} was written for another model (workload/model "
                 "settings differ); use a new checkpoint.dir, or set "
                 "checkpoint.weights_only=true to load the matching weights only"
+            )
+        seed = _seed_of(state)
+        if not weights_only and seed is not None and seed != self.cfg.train.seed:
+            # The seed decides the data order: resuming the position of one order in another
+            # would train some samples twice and skip others.
+            raise ckpt.CheckpointError(
+                f"checkpoint {ref.path} was written with train.seed={seed}, this run has "
+                f"train.seed={self.cfg.train.seed}; resuming would train some samples twice "
+                f"and skip others: set train.seed={seed} to resume, or start afresh with "
+                "checkpoint.resume=never or another checkpoint.dir"
             )
         if weights_only:
             own = self.model.state_dict()

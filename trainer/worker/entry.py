@@ -6,14 +6,13 @@ environment); started by a user's own torchrun, it reads --config/--set itself.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import NoReturn
 
 from kubeddp.trainer import exit_codes
+from kubeddp.trainer.arguments import OneLineErrorParser
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
@@ -21,10 +20,12 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config,
 )
+from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kubeddp worker", description="one DDP training process")
+    die_with_launcher()  # first: a launcher killed from now on takes this worker with it
+    parser = OneLineErrorParser(prog="kubeddp worker", description="one DDP training process")
     add_config_options(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -32,23 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
         return exit_codes.BAD_INPUT
-    return run(cfg)
-
-
-def _write_config_copy(cfg: Config) -> None:
-    """The effective config next to the checkpoints: what produced them, readable by a person."""
     try:
-        Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.checkpoint.dir) / "config.yaml").write_text(cfg.to_yaml())
-    except OSError as exc:
-        print(
-            f"[kubeddp] warning: cannot write {cfg.checkpoint.dir}/config.yaml: {exc.strerror}",
-            flush=True,
-        )
+        return run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (which saves and exits 130)
+        print("[kubeddp] interrupted", file=sys.stderr, flush=True)
+        os._exit(exit_codes.INTERRUPTED)  # peers may be gone: no teardown
 
 
 def run(cfg: Config) -> int:
-    """Train with `cfg` in this process; the exit code (143 after a preemption save)."""
+    """Train with `cfg` in this process; the exit code (143 after a preemption save, 130 after
+    Ctrl-C)."""
+    die_with_launcher()
     rank = int(os.environ.get("RANK", "0"))
     # Imported after the config is known good: torch takes a second or two to import.
     from kubeddp.trainer.worker.checkpoint import CheckpointError
@@ -67,9 +62,8 @@ def run(cfg: Config) -> int:
         return exit_codes.BAD_INPUT
     except Exception as exc:  # the store or a peer is gone before the group formed
         return _failed(exc, rank)
-    if ctx.is_main:
+    if ctx.is_main:  # the checkpoint manager copies it next to the checkpoints
         print("[kubeddp] effective config:\n" + cfg.to_yaml(), flush=True)
-        _write_config_copy(cfg)
     code = 0
     try:
         trainer = Trainer(cfg, ctx)

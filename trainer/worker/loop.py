@@ -308,11 +308,12 @@ class Trainer:
         stop = self.stop_vote.vote(self.checkpoints.stop_reason)
         if stop == STOP_PREEMPT:
             self.progress.log(
-                f"[kubeddp] SIGTERM: saving a checkpoint at step {self.state.step} before exiting"
+                f"[kubeddp] {self.stop_vote.signal_name}: saving a checkpoint at step "
+                f"{self.state.step} before exiting"
             )
             self.stop_vote.drain()
             self.checkpoints.save(self.state, blocking=True)
-            raise Preempted()
+            raise Preempted(self.stop_vote.exit_code)
         if stop == STOP_SAVE_FAILED:
             self.progress.log(
                 "[kubeddp] stopping: a checkpoint could not be saved "

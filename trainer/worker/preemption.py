@@ -23,26 +23,32 @@ from kubeddp.trainer import exit_codes
 STOP_NONE, STOP_PREEMPT, STOP_SAVE_FAILED = 0, 1, 2
 
 
+# The signals that stop training with a checkpoint, and the exit code each ends with: SIGTERM
+# (preemption, drain, docker stop) is retried by the operators; Ctrl-C is the user's own stop.
+STOP_SIGNALS = {signal.SIGTERM: exit_codes.PREEMPTED, signal.SIGINT: exit_codes.INTERRUPTED}
+
+
 class Preempted(SystemExit):
-    """Raised after the preemption checkpoint is saved; exit code is retryable (>= 128)."""
+    """Raised after the stop checkpoint is saved: 143 after SIGTERM (retryable), 130 after
+    Ctrl-C."""
 
-    def __init__(self) -> None:
-        super().__init__(exit_codes.PREEMPTED)
+    def __init__(self, code: int = exit_codes.PREEMPTED) -> None:
+        super().__init__(code)
 
 
-def start_grace_timer(seconds: float) -> None:
-    """Exit 143 `seconds` after SIGTERM even if the preemption save has not finished (a step or
-    a collective may hang): the previous checkpoint is intact, and a later SIGKILL would not
+def start_grace_timer(seconds: float, signame: str = "SIGTERM", code: int = 0) -> None:
+    """Exit `seconds` after the stop signal even if its save has not finished (a step or a
+    collective may hang): the previous checkpoint is intact, and a later SIGKILL would not
     say why."""
 
     def expire() -> None:
         print(
-            f"[kubeddp] SIGTERM: no checkpoint within checkpoint.preempt_grace_seconds="
+            f"[kubeddp] {signame}: no checkpoint within checkpoint.preempt_grace_seconds="
             f"{seconds:g}; exiting without it (the previous checkpoint is kept)",
             file=sys.stderr,
             flush=True,
         )
-        os._exit(exit_codes.PREEMPTED)
+        os._exit(code or exit_codes.PREEMPTED)
 
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
@@ -105,27 +111,32 @@ class StopVote:
         self.device = device
         self.distributed = distributed
         self.grace_seconds = grace_seconds
-        self.sigterm = False
+        self.sigterm = False  # a stop signal arrived (SIGTERM or SIGINT)
+        self.signal_name = "SIGTERM"
+        self.exit_code = exit_codes.PREEMPTED
         self._ring: list[_Ballot] = []
         self._in_flight: deque[_Ballot] = deque()  # cast, not yet read; oldest first
 
     def on_sigterm(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
         if not self.sigterm:
             self.sigterm = True
-            start_grace_timer(self.grace_seconds)
+            self.signal_name = signal.Signals(signum).name
+            self.exit_code = STOP_SIGNALS.get(signum, exit_codes.PREEMPTED)
+            start_grace_timer(self.grace_seconds, self.signal_name, self.exit_code)
 
     @contextlib.contextmanager
     def catching_sigterm(self) -> Iterator[None]:
-        """SIGTERM becomes this rank's stop vote while training (main thread only: Python
-        runs signal handlers there)."""
+        """SIGTERM and SIGINT become this rank's stop vote while training (main thread only:
+        Python runs signal handlers there): Ctrl-C saves like a preemption, no traceback."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = signal.signal(signal.SIGTERM, self.on_sigterm)
+        previous = {sig: signal.signal(sig, self.on_sigterm) for sig in STOP_SIGNALS}
         try:
             yield
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def vote(self, reason: int) -> int:
         """Cast this step's vote (SIGTERM wins over `reason`); return the result of the vote

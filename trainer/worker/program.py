@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.worker import stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for, one_line
+from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
 MODES = ("script", "module")
@@ -79,6 +80,7 @@ def _execute(program: Program) -> None:
 
 def run_program(program: Program) -> int:
     """Run the program in this process; its exit code (0; any other code ends the process)."""
+    die_with_launcher()  # first: a launcher killed from now on takes the program with it
     stop_signal.install(_preempt_grace_seconds())
     try:
         _execute(program)
@@ -86,7 +88,10 @@ def run_program(program: Program) -> int:
         code = exit_code_for(exc)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr, flush=True)  # sys.exit("message"), as python does
-    except BaseException as exc:  # every escape (KeyboardInterrupt too) maps to an exit code
+    except KeyboardInterrupt:  # Ctrl-C reached the workers through torchrun: quietly, 130
+        code = exit_codes.INTERRUPTED
+        _log(f"{program.shown} interrupted; exit code {exit_codes.describe(code)}")
+    except BaseException as exc:  # every other escape maps to an exit code
         traceback.print_exc()
         code = exit_code_for(exc)
         _log(f"{program.shown} failed: {one_line(exc)}; exit code {exit_codes.describe(code)}")

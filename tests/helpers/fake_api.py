@@ -1,0 +1,205 @@
+"""A stand-in Kubernetes API server for the cluster commands: a real HTTP server on 127.0.0.1 in
+a thread of the test process. Routes map (method, path) to (status, body); every request is
+recorded. `misbehave` makes every answer go wrong the ways a broken cluster, a proxy or a
+wrong URL do: hang, HTML, a 500 page, a reset connection, JSON that is not an object."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import yaml
+
+TOKEN = "contract-test-token"
+NAMESPACE = "team"
+HTML = b"<html><head><title>Sign in</title></head><body>proxy login</body></html>"
+MISBEHAVIOURS = (
+    "hang",  # accept, read the request, never answer
+    "hang-body",  # send the headers, then nothing
+    "html",  # 200 text/html (a login page, a wrong URL)
+    "500",  # 500 with an HTML error page
+    "502",  # 502 Bad Gateway from a proxy, plain text
+    "reset",  # close the connection with a TCP RST before answering
+    "close",  # close the connection cleanly before answering
+    "json-list",  # 200 with a JSON list instead of an object
+    "json-bad",  # 200 application/json that is not JSON
+    "truncated",  # Content-Length 1000, 10 bytes, close
+    "garbage",  # not HTTP at all
+)
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details or {},
+        "code": code,
+    }
+
+
+class FakeApiServer:
+    """Routes (method, path) -> (status, body); records every request."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], tuple[int, object]] = {}
+        self.requests: list[dict] = []
+        self.misbehaviour: str | None = None
+        self.release = threading.Event()  # ends the hanging answers (at shutdown)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                url = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body_sent = json.loads(raw) if raw else None
+                except ValueError:
+                    body_sent = raw
+                fake.requests.append(
+                    {
+                        "method": self.command,
+                        "path": url.path,
+                        "raw_path": self.path,
+                        "query": dict(parse_qsl(url.query)),
+                        "body": body_sent,
+                        "authorization": self.headers.get("Authorization"),
+                    }
+                )
+                if fake.misbehaviour:
+                    self._misbehave(fake.misbehaviour)
+                    return
+                status, body = fake.routes.get(
+                    (self.command, url.path), (404, "404 page not found")
+                )
+                if callable(body):
+                    body = body()
+                if isinstance(body, (dict, list)):
+                    data, ctype = json.dumps(body).encode(), "application/json"
+                else:
+                    data, ctype = str(body).encode(), "text/plain"
+                self._answer(status, ctype, data)
+
+            def _answer(self, status: int, ctype: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _misbehave(self, mode: str) -> None:
+                if mode == "hang":
+                    fake.release.wait(120)
+                elif mode == "hang-body":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    self.wfile.flush()
+                    fake.release.wait(120)
+                elif mode == "html":
+                    self._answer(200, "text/html", HTML)
+                elif mode == "500":
+                    self._answer(500, "text/html", b"<html><h1>500 Internal Server Error</h1>")
+                elif mode == "502":
+                    self._answer(502, "text/plain", b"Bad Gateway")
+                elif mode == "reset":
+                    linger = struct.pack("ii", 1, 0)  # close() sends RST
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    self.connection.close()
+                elif mode == "close":
+                    self.connection.close()
+                elif mode == "json-list":
+                    self._answer(200, "application/json", b"[1, 2, 3]")
+                elif mode == "json-bad":
+                    self._answer(200, "application/json", b"{not json")
+                elif mode == "truncated":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b'{"kind": "')
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                elif mode == "garbage":
+                    self.wfile.write(b"\x00\xffnot http at all\r\n\r\n")
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                else:
+                    raise ValueError(f"unknown misbehaviour {mode!r}")
+                self.close_connection = True
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
+        self.routes[(method, path)] = (status, {} if body is None else body)
+
+    def calls(self, method: str | None = None) -> list[dict]:
+        return [r for r in self.requests if method is None or r["method"] == method]
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def kubeconfig_for(url: str, token: str = TOKEN, namespace: str = NAMESPACE) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "test",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [
+            {"name": "test", "context": {"cluster": "c", "user": "u", "namespace": namespace}}
+        ],
+    }
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(yaml.safe_dump(kubeconfig_for(url)))
+    return path
+
+
+@contextlib.contextmanager
+def running() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    server.thread.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def closed_port() -> int:
+    """A local port where nothing listens (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_requests(server: FakeApiServer, count: int, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while len(server.requests) < count and time.monotonic() < end:
+        time.sleep(0.01)

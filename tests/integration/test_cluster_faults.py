@@ -1,0 +1,79 @@
+"""The cluster commands as real processes against a stand-in API server (tests/helpers/fake_api.py)
+that a test controls: a name that is not a Kubernetes name never reaches the server, and a
+server that accepts connections but never answers ends every command within its timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kubeddp.trainer.exit_codes import BAD_INPUT, CLUSTER_ERROR
+from tests.helpers import fake_api, procs
+
+pytestmark = pytest.mark.timeout(120)
+ENV_KEEP = ("PATH", "HOME", "LANG", "PYTHONPATH")
+INJECTIONS = {
+    "delete": ("delete", "../../../../../../api/v1/namespaces/kube-system/secrets/db-password"),
+    "status": ("status", "x?dryRun=All"),
+    "logs": ("logs", "x/../../secrets"),
+    "wait": ("wait", "x%2F..%2Fy"),
+}
+
+
+def kubeddp(tmp_path: Path, server: fake_api.FakeApiServer, *argv: str) -> procs.Split:
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
+    env["KUBECONFIG"] = str(kubeconfig)
+    return procs.run_split(procs.kubeddp_argv(*argv), tmp_path, timeout=60, env=env)
+
+
+@pytest.mark.parametrize("command", sorted(INJECTIONS))
+def test_a_name_that_is_no_kubernetes_name_never_reaches_the_server(command, tmp_path) -> None:
+    with fake_api.running() as server:
+        done = kubeddp(tmp_path, server, *INJECTIONS[command])
+        time.sleep(0.2)  # a request in flight would be recorded by now
+        requests = list(server.requests)
+    assert requests == [], f"the API server received {requests}"
+    assert done.code == BAD_INPUT, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "is not a Kubernetes name" in line and "deleted" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("status", "demo"),
+        ("delete", "demo"),
+        ("wait", "demo", "--timeout", "60"),
+        ("logs", "demo"),
+        ("submit", "pytorchjob", "--validate-against", "offline"),
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_server_that_never_answers_ends_the_command_in_its_timeout(argv, tmp_path) -> None:
+    with fake_api.running() as server:
+        server.misbehaviour = "hang"
+        start = time.monotonic()
+        done = kubeddp(tmp_path, server, *argv, "--request-timeout", "2")
+        took = time.monotonic() - start
+    assert done.code == CLUSTER_ERROR, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "did not answer within 2s" in line, line
+    assert took < 20, f"{argv[0]} took {took:.0f}s with a 2 s request timeout"
+
+
+def test_render_falls_back_offline_when_the_server_hangs(tmp_path) -> None:
+    with fake_api.running() as server:
+        server.misbehaviour = "hang"
+        start = time.monotonic()
+        done = kubeddp(tmp_path, server, "render", "pytorchjob")
+        took = time.monotonic() - start
+    assert done.code == 0, done.stderr
+    assert "kind: PyTorchJob" in done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert "validating offline" in line and "did not answer" in line
+    assert took < 30, f"render took {took:.0f}s"

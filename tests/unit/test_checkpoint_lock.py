@@ -1,0 +1,83 @@
+"""trainer/worker/checkpoint_lock.py: one writer per checkpoint directory, released by the
+kernel when its holder dies; a directory that is a file is an error; an unwritable one warns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubeddp.trainer.worker.checkpoint import CheckpointError
+from kubeddp.trainer.worker.checkpoint_lock import LOCK_FILE, DirectoryInUse, WriterLock
+from tests.helpers import mounts
+
+pytestmark = pytest.mark.timeout(60)
+HOLD = """
+import os, sys, time
+from kubeddp.trainer.worker.checkpoint_lock import WriterLock
+assert WriterLock(sys.argv[1]).acquire() is None
+if len(sys.argv) > 2 and os.fork() == 0:  # a forked helper, like a DataLoader worker
+    time.sleep(60)
+    os._exit(0)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "ckpts")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryInUse, match=f"in use by another run \\(pid {holder.pid} on "):
+            WriterLock(tmp_path / "ckpts").acquire()
+        holder.kill()  # SIGKILL: no cleanup of its own
+        holder.wait(10)
+        lock = WriterLock(tmp_path / "ckpts")
+        assert lock.acquire() is None and lock.held, "a dead holder's lock is free"
+        assert f"pid {os.getpid()}" in (tmp_path / "ckpts" / LOCK_FILE).read_text()
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_a_forked_child_does_not_keep_the_lock_of_a_dead_holder(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "ckpts"), "fork"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()
+        holder.wait(10)
+        lock = WriterLock(tmp_path / "ckpts")
+        assert lock.acquire() is None and lock.held, "the forked child must not hold it"
+        lock.release()
+    finally:
+        os.killpg(holder.pid, 9)  # the forked child too
+        holder.wait(10)
+
+
+def test_a_directory_that_is_a_file_or_under_one(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CheckpointError, match=f"checkpoint.dir {blocker} is a file"):
+        WriterLock(blocker).acquire()
+    with pytest.raises(CheckpointError, match="a part of its path is a file"):
+        WriterLock(blocker / "sub").acquire()
+
+
+def test_a_read_only_directory_warns_and_trains_on(tmp_path: Path) -> None:
+    with mounts.tmpfs(tmp_path / "ro") as ro:
+        (ro / "ckpts").mkdir()
+        mounts.remount_readonly(ro)
+        lock = WriterLock(ro / "ckpts")
+        warning = lock.acquire()
+    assert warning and "not writable" in warning and not lock.held
