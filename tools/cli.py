@@ -306,8 +306,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = [p for name, docs in sources for p in validate_documents(docs, name, crds)]
     for problem in problems:
         print(problem)
-    for name, docs in sources:
-        _print_warnings("validate", docs, name)
     if problems:
         print(
             f"kubeddp validate: error: {len(problems)} problem(s) in {len(all_docs)} documents "
@@ -315,6 +313,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_codes.TRAINING_FAILED  # the table's "validate: problems found"
+    for name, docs in sources:  # only for valid manifests: an error stays one line
+        _print_warnings("validate", docs, name)
     print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
     return 0
 

@@ -144,13 +144,14 @@ def document_warnings(docs: list[dict], source: str = "") -> list[Problem]:
     found = []
     for doc in docs:
         if doc.get("apiVersion") == "v1" and doc.get("kind") == "List":
-            items = [item for item in doc.get("items") or [] if isinstance(item, dict)]
-            found += document_warnings(items, source)
+            items = doc.get("items") if isinstance(doc.get("items"), list) else []
+            found += document_warnings([i for i in items if isinstance(i, dict)], source)
             continue
         kind = BY_RESOURCE.get(_key(doc))
         if kind is None:
             continue
-        name = str((doc.get("metadata") or {}).get("name", "?"))
+        meta = doc.get("metadata")
+        name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
         for path, message in kind.warnings(doc):
             found.append(Problem(source, str(doc.get("kind", "?")), name, path, message))
     return found
