@@ -86,6 +86,9 @@ def counter_values(snapshot: Scrape) -> dict[tuple, float]:
     return out
 
 
+LOG_EVERY = 10
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,7 +139,7 @@ def training_run(
         str(KUBEDDP), "train", "--nproc", "2", "--max-restarts", str(max_restarts),
         "--set", "workload.name=regression",
         "--set", f"train.epochs={epochs}",
-        "--set", "train.log_every=10",
+        "--set", f"train.log_every={LOG_EVERY}",
         "--set", "metrics.port=0",
         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}",
     ]  # fmt: skip
@@ -196,6 +199,8 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
     assert steps == sorted(steps) and steps[-1] <= total_steps
     for snapshot in [*mid_run, final]:
         missing = [name for name in expected if not snapshot.get(name)]
+        if step_of(snapshot) < LOG_EVERY:  # the loss is read (a host sync) at log steps only
+            missing = [name for name in missing if name != "kubeddp_loss"]
         assert not missing, f"metrics in the docs/metrics.md table but not served: {missing}"
         for samples_of_family in snapshot.values():
             for name, labels, _ in samples_of_family:
