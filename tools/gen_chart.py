@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import difflib
 import importlib.resources
 import json
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.chart_value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
+from kubeddp.tools.generated_files import write_or_check
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
@@ -377,29 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=".", help="the repository (default: .)")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
     args = parser.parse_args(argv)
-    drift = []
-    for path, text in generated_files(Path(args.root)).items():
-        current = path.read_text() if path.is_file() else ""
-        if current == text:
-            continue
-        if args.check:
-            drift.append(str(path))
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    text.splitlines(keepends=True),
-                    f"{path} (checked in)",
-                    f"{path} (generated)",
-                )
-            )
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if drift:
-        print(f"stale: {', '.join(drift)}; run `make chart`", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(generated_files(Path(args.root)), args.check, "make chart")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,13 @@ Usage: python -m kubeddp.tools.gen_k8s [--out DIR] [--check]
 from __future__ import annotations
 
 import argparse
-import difflib
 import shlex
-import sys
 from pathlib import Path
 
 import yaml
 
 from kubeddp.tools.fleet_podmonitor import build_fleet_podmonitor
+from kubeddp.tools.generated_files import write_or_check
 from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
 from kubeddp.tools.rbac import build_rbac
 from kubeddp.tools.render import render_documents, to_yaml
@@ -83,30 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    drift = []
-    for name, text in generated_files().items():
-        path = out / name
-        current = path.read_text() if path.is_file() else ""
-        if current == text:
-            continue
-        if args.check:
-            drift.append(name)
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    text.splitlines(keepends=True),
-                    f"{path} (checked in)",
-                    f"{path} (rendered)",
-                )
-            )
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if drift:
-        print(f"k8s/ is out of date ({', '.join(drift)}); run `make k8s`", file=sys.stderr)
-        return 1
-    return 0
+    files = {out / name: text for name, text in generated_files().items()}
+    return write_or_check(files, args.check, "make k8s")
 
 
 if __name__ == "__main__":
