@@ -67,12 +67,27 @@ def default_of(item: dataclasses.Field) -> Any:
     return item.default
 
 
+# Modules of trainer/workloads/ that are not workloads: every other module is one, named after
+# its file, so a new workload is one new file there (the registry and these choices follow).
+NOT_WORKLOAD_MODULES = ("base", "examples")
+
+
+def workload_names() -> tuple[str, ...]:
+    """The workloads: the modules of trainer/workloads/ (found without importing torch)."""
+    import pkgutil
+
+    found = pkgutil.iter_modules([str(Path(__file__).parent / "workloads")])
+    names = (m.name for m in found if not m.name.startswith("_"))
+    return tuple(sorted(n for n in names if n not in NOT_WORKLOAD_MODULES))
+
+
 @dataclass
 class WorkloadConfig:
     name: str = setting(
         "charlm",
-        "what to train: `regression`, `charlm` or `custom` (see Workloads)",
-        choices=("regression", "charlm", "custom"),
+        "what to train: a built-in workload (`charlm`, `regression`) or `custom` (your model "
+        "and data factories; see Workloads)",
+        choices=workload_names(),
     )
     model: str = setting(
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -368,3 +369,22 @@ def test_custom_errors_are_one_line(bad_module: str, model: str, data: str, expe
 def test_unknown_workload_name() -> None:
     with pytest.raises(WorkloadError, match="workload.name 'gpt5' is unknown; use one of"):
         build_workload(WorkloadConfig(name="gpt5"), seed=0)
+
+
+def test_each_module_of_the_workloads_package_is_a_workload() -> None:
+    """A new workload is one file in trainer/workloads/: the config's choices, the schema and
+    the builder find it by its module name."""
+    import importlib
+    import pkgutil
+
+    import kubeddp.trainer.workloads as package
+    from kubeddp.trainer.config import NOT_WORKLOAD_MODULES, WorkloadConfig, workload_names
+
+    modules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    assert set(workload_names()) == modules - set(NOT_WORKLOAD_MODULES)
+    for name in workload_names():
+        assert callable(importlib.import_module(f"{package.__name__}.{name}").build), name
+    for name in NOT_WORKLOAD_MODULES:
+        assert not hasattr(importlib.import_module(f"{package.__name__}.{name}"), "build"), name
+    choices = dataclasses.fields(WorkloadConfig)[0].metadata["choices"]
+    assert tuple(choices) == workload_names()

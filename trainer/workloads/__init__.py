@@ -1,21 +1,19 @@
-"""Built-in workloads (regression, charlm) and bring-your-own (custom), behind one builder."""
+"""Workloads behind one builder: each module here (config.workload_names) is one workload,
+named after its file, with a `build(cfg, seed) -> Workload`."""
 
 from __future__ import annotations
 
-from ..config import WorkloadConfig
-from . import charlm, custom, regression
-from .base import Workload, WorkloadError
+import importlib
 
-BUILDERS = {"regression": regression.build, "charlm": charlm.build, "custom": custom.build}
+from ..config import WorkloadConfig, workload_names
+from .base import Workload, WorkloadError
 
 __all__ = ["Workload", "WorkloadError", "build_workload"]
 
 
 def build_workload(cfg: WorkloadConfig, seed: int) -> Workload:
     """Build model, datasets and loss for `cfg.name`; the same seed gives the same weights."""
-    builder = BUILDERS.get(cfg.name)
-    if builder is None:
-        raise WorkloadError(
-            f"workload.name {cfg.name!r} is unknown; use one of {', '.join(BUILDERS)}"
-        )
-    return builder(cfg, seed)
+    names = workload_names()
+    if cfg.name not in names:
+        raise WorkloadError(f"workload.name {cfg.name!r} is unknown; use one of {', '.join(names)}")
+    return importlib.import_module(f"{__package__}.{cfg.name}").build(cfg, seed)
