@@ -140,7 +140,9 @@ def device_line(device: torch.device) -> str:
     )
 
 
-def measure(work: Path, device_name: str, tiny: bool, budget: float, log=print) -> GpuReport:
+def measure(
+    work: Path, device_name: str, tiny: bool, budget: float, log=print, models: str = ""
+) -> GpuReport:
     device = torch.device(device_name)
     sizes = TINY_SIZES if tiny else GPU_SIZES
     peak = measure_matmul_peak(
@@ -149,6 +151,8 @@ def measure(work: Path, device_name: str, tiny: bool, budget: float, log=print) 
     log(f"bf16 matmul peak {peak / 1e12:.2f} TFLOP/s")
     big, *rest = sizes.models
     arms = plan(big, rest[0] if rest else None, sizes.warmup, sizes.measured)
+    if models:  # e.g. "demo": only that model's arms (a second, short GPU slot)
+        arms = [arm for arm in arms if arm.model.name in models.split(",")]
     results, seconds = run_arms(arms, device.type, work, sizes, budget, log)
     return GpuReport(list(sizes.models), results, peak, device_line(device), budget, seconds)
 
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_BUDGET_SECONDS,
         help="seconds all runs may take together (default %(default).0f)",
     )
+    p.add_argument("--models", default="", help="only these models' arms, e.g. demo or 12x768")
     p.add_argument("--out", default="", help="write the results as JSON here")
     p.add_argument("--keep", default="", help="keep each run's log and summary in this directory")
     args = p.parse_args(argv)
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="kubeddp-bench-gpu-") as tmp:
         work = Path(args.keep or tmp)
-        report = measure(work, args.device, args.tiny, args.budget, log)
+        report = measure(work, args.device, args.tiny, args.budget, log, args.models)
     print()
     print(report.table(), flush=True)
     if args.out:
