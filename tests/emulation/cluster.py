@@ -155,8 +155,12 @@ class EmulatedCluster:
         workdir: Path | None = None,
         pod_security: str | None = None,
         restart_delay_seconds: float = RESTART_DELAY_SECONDS,
+        image_files: dict[str, Path] | None = None,
     ) -> None:
         self.pod_security = pod_security  # the namespace's enforced level: None | restricted
+        # Paths the image holds (what its Dockerfile COPYs, e.g. /app/train.py) -> the host file
+        # that stands for each; a volume mounted over one shadows it, as in a real pod.
+        self.image_files = dict(image_files or {})
         self.restart_delay_seconds = restart_delay_seconds
         self.rejected: dict[str, list[str]] = {}  # pod name -> Pod Security violations
         self.run_id = uuid.uuid4().hex[:6]
@@ -262,7 +266,7 @@ class EmulatedCluster:
 
     def _mounts(self, run: PodRun) -> dict[str, Path]:
         by_name = {v["name"]: v for v in run.plan.volumes}
-        mounts: dict[str, Path] = {}
+        mounts: dict[str, Path] = dict(self.image_files)
         for mount in run.plan.container.get("volumeMounts", []):
             if mount["mountPath"] == "/dev/shm":
                 continue  # the host's /dev/shm serves

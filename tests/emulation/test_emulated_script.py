@@ -6,6 +6,8 @@ of the script with the same world size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from cluster import EmulatedCluster
 from test_emulated_jobs import JOB_SECONDS, render
@@ -13,8 +15,10 @@ from test_emulated_jobs import JOB_SECONDS, render
 from tests.helpers import user_script
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
+# Where examples/Dockerfile puts the script in the image; the emulator maps it to the file.
+IMAGE_SCRIPT = "/app/ddp_train.py"
 # In the pod the snapshot goes to the checkpoint claim (the emulator maps it to a folder).
-SCRIPT_ARGS = ["--script", str(user_script.SCRIPT), "--", *user_script.ARGS,
+SCRIPT_ARGS = ["--script", IMAGE_SCRIPT, "--", *user_script.ARGS,
                "--snapshot", "/checkpoints/snapshot.pt"]  # fmt: skip
 CASES = {
     # kind: (name, nodes, workers per node, the pod that logs rank 0, the pod to check, the
@@ -27,8 +31,11 @@ CASES = {
 
 @pytest.mark.timeout(JOB_SECONDS + user_script.RUN_SECONDS + 60)
 @pytest.mark.parametrize("kind", CASES)
-def test_user_script_trains_like_torchrun(cluster: EmulatedCluster, kind: str) -> None:
+def test_user_script_trains_like_torchrun(
+    cluster_factory: Callable[..., EmulatedCluster], kind: str
+) -> None:
     name, nodes, nproc, first, other, source = CASES[kind]
+    cluster = cluster_factory(image_files={IMAGE_SCRIPT: user_script.SCRIPT})
     expected = user_script.torchrun_digest(nodes * nproc)
     plan = render(kind, "--name", name, "--nodes", str(nodes), "--nproc-per-node", str(nproc),
                   *SCRIPT_ARGS)  # fmt: skip
