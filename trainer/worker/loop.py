@@ -56,7 +56,8 @@ from kubeddp.trainer.workloads import build_workload
 
 # What close() drops: everything that holds the DDP module, its parameters or the optimizer.
 REFERENCES = (
-    "model raw_model compiled optimizer scheduler scaler loader workload checkpoints evaluator"
+    "model raw_model parameters compiled optimizer scheduler scaler loader workload checkpoints "
+    "evaluator"
 )
 
 
@@ -88,7 +89,9 @@ class Trainer:
         self.loader = build_train_loader(self.workload.train_set, self.sampler, t, ctx.device)
         self.state = TrainState()
         self.total_steps = self._plan_total_steps()
-        self.optimizer = build_optimizer(self.raw_model.parameters(), t)
+        # Listed once: walking the module tree for clipping costs ~0.1 ms of host time a step.
+        self.parameters = list(self.raw_model.parameters())
+        self.optimizer = build_optimizer(self.parameters, t)
         self.scheduler = build_scheduler(self.optimizer, t, lambda: self.total_steps)
         self.amp_dtype = amp_dtype(t.amp, ctx.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
@@ -271,7 +274,7 @@ class Trainer:
         if clip > 0:
             self.scaler.unscale_(self.optimizer)
             # Returns the norm as a device tensor; reading it would sync, so it is not read.
-            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+            torch.nn.utils.clip_grad_norm_(self.parameters, clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
