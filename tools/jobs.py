@@ -12,9 +12,16 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kinds import KINDS, JobKind
 from kubeddp.tools.kube import Cluster, KubeError, object_path
-from kubeddp.tools.resources import CONFIG_MAP, PERSISTENT_VOLUME_CLAIM, POD, POD_MONITOR
+from kubeddp.tools.resources import (
+    CONFIG_MAP,
+    PERSISTENT_VOLUME_CLAIM,
+    POD,
+    POD_MONITOR,
+    SERVICE_ACCOUNT,
+)
 from kubeddp.trainer import exit_codes
 
 EXIT_SUCCEEDED = exit_codes.OK
@@ -181,11 +188,22 @@ def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: T
     companions += [(resource, name) for resource in kind.companions]
     if delete_pvc:
         companions.append((PERSISTENT_VOLUME_CLAIM, f"{name}-checkpoints"))
+    # --create-service-account may name it anything: find it by the labels render gives it.
+    made_by_render = f"{names.LABEL_INSTANCE}={name},{names.LABEL_MANAGED_BY}={names.APP_NAME}"
+    with _unless_missing():
+        accounts = cluster.list_objects(SERVICE_ACCOUNT, made_by_render)
+        companions += [(SERVICE_ACCOUNT, account["metadata"]["name"]) for account in accounts]
     for resource, companion in companions:
-        try:
+        with _unless_missing():
             cluster.delete(resource, companion)
-        except KubeError as exc:
-            if "not found" in str(exc) or "has no" in str(exc):  # never made, or no such API
-                continue
+            print(f"{resource.kind.lower()}/{companion} deleted", file=out)
+
+
+@contextlib.contextmanager
+def _unless_missing() -> Iterator[None]:
+    """A companion that was never made, or whose API the cluster lacks, is not an error."""
+    try:
+        yield
+    except KubeError as exc:
+        if "not found" not in str(exc) and "has no" not in str(exc):
             raise
-        print(f"{resource.kind.lower()}/{companion} deleted", file=out)

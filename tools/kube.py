@@ -296,24 +296,30 @@ class Cluster:
             what=resource.full_name,
         )
 
-    def list_pods(self, selector: str) -> list[dict]:
-        """The pods that match, sorted by name; each has a checked metadata.name."""
+    def list_objects(self, resource: Resource, selector: str) -> list[dict]:
+        """The objects that match, sorted by name; each has a checked metadata.name."""
         data = self.request(
-            "GET", object_path(POD, self.namespace), [("labelSelector", selector)], what="pods"
+            "GET",
+            object_path(resource, self.namespace),
+            [("labelSelector", selector)],
+            what=resource.full_name,
         )
         items = data.get("items") or []
         if not isinstance(items, list):
             raise KubeError(
-                f"the API server's pod list has items of type {type(items).__name__}; check "
-                "that the kubeconfig's server is a Kubernetes API server"
+                f"the API server's {resource.plural} list has items of type "
+                f"{type(items).__name__}; check that the kubeconfig's server is a Kubernetes "
+                "API server"
             )
-        pods = []
-        for pod in items:
-            meta = pod.get("metadata") if isinstance(pod, dict) else None
-            name = meta.get("name") if isinstance(meta, dict) else None
-            checked_name(name, "pod")
-            pods.append(pod)
-        return sorted(pods, key=lambda p: p["metadata"]["name"])
+        for item in items:
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            checked_name(
+                meta.get("name") if isinstance(meta, dict) else None, resource.kind.lower()
+            )
+        return sorted(items, key=lambda item: item["metadata"]["name"])
+
+    def list_pods(self, selector: str) -> list[dict]:
+        return self.list_objects(POD, selector)
 
     def pod_log(self, pod: str, container: str, tail_lines: int | None = None) -> str:
         query: list[tuple[str, Any]] = [("container", container)]
@@ -371,6 +377,8 @@ def explain(exc: Any, method: str, path: str, what: str) -> str:
     verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(method, method.lower())
     parts = path.split("/")
     namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else ""
+    if verb == "get" and namespace and len(parts) == parts.index("namespaces") + 3:
+        verb = "list"  # a GET of the collection (/namespaces/NS/PLURAL), RBAC's "list"
     group = _group_of(path)
     if exc.status == 404:
         if path.startswith("/apis/apiextensions.k8s.io/"):

@@ -8,32 +8,31 @@ from __future__ import annotations
 
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.resources import (
-    CONFIG_MAP,
-    PERSISTENT_VOLUME_CLAIM,
-    POD,
-    POD_MONITOR,
-    SERVICE,
-)
+from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST, POD, Resource
 
 ROLE_NAME = "kubeddp-submitter"
 SUBMITTERS_GROUP = "kubeddp-submitters"  # bind your users or service accounts here
 MANAGE = ["create", "get", "list", "watch", "delete"]
 READ = ["get", "list", "watch"]
 
+
+def _rules_by_group(resources: list[Resource], verbs: list[str]) -> list[dict]:
+    """One rule per API group, its resources in the order given."""
+    groups: dict[str, list[str]] = {}
+    for resource in resources:
+        groups.setdefault(resource.group, []).append(resource.plural)
+    return [
+        {"apiGroups": [group], "resources": plurals, "verbs": verbs}
+        for group, plurals in groups.items()
+    ]
+
+
+# Everything `submit` creates (and `delete` removes): the job kinds and the objects beside them.
+SUBMITTED = [kind.resource for kind in KINDS.values()] + [*APPLY_FIRST, *APPLY_LAST]
 RULES = [
-    *(
-        {"apiGroups": [kind.resource.group], "resources": [kind.resource.plural], "verbs": MANAGE}
-        for kind in KINDS.values()
-    ),
-    {
-        "apiGroups": [""],
-        "resources": [CONFIG_MAP.plural, SERVICE.plural, PERSISTENT_VOLUME_CLAIM.plural],
-        "verbs": MANAGE,
-    },
+    *_rules_by_group(SUBMITTED, MANAGE),
     {"apiGroups": [""], "resources": [POD.plural], "verbs": READ},
     {"apiGroups": [""], "resources": [f"{POD.plural}/log"], "verbs": ["get"]},
-    {"apiGroups": [POD_MONITOR.group], "resources": [POD_MONITOR.plural], "verbs": MANAGE},
 ]
 
 

@@ -21,20 +21,11 @@ import yaml
 from kubeddp.tools import patterns
 from kubeddp.tools.chart_values import option_for
 from kubeddp.tools.render_options import Provenance
-from kubeddp.tools.resources import (
-    CONFIG_MAP,
-    PERSISTENT_VOLUME_CLAIM,
-    POD_MONITOR,
-    SERVICE,
-    SERVICE_ACCOUNT,
-)
+from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 
 CHART_PACKAGE = "kubeddp.chart"
 HOOK_ANNOTATION = "helm.sh/hook"  # `helm test` pods and other hooks are not part of the job
-# Objects a job needs before it starts come first; the job; then what watches it.
-APPLY_FIRST = (SERVICE_ACCOUNT, CONFIG_MAP, PERSISTENT_VOLUME_CLAIM, SERVICE)
-APPLY_LAST = (POD_MONITOR,)
 _FAIL = re.compile(r"execution error at \([^)]*\): (.*)", re.S)
 _VALUE_NAME = re.compile(r"`([A-Za-z][\w.]*)`")
 

@@ -342,6 +342,33 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
     assert "pytorchjob/demo deleted" in out
 
 
+def test_delete_removes_the_service_account_render_made_for_the_job(api, capsys):
+    """--create-service-account may name the account anything; delete finds it by its labels."""
+    accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
+    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
+    api.route("GET", accounts, 200, {"items": [{"metadata": {"name": "trainer-sa"}}]})
+    api.route("DELETE", f"{accounts}/trainer-sa", 200)
+    code, out, err = run(["delete", "demo"], capsys)
+    assert code == 0, err
+    (listed,) = [c for c in api.calls("GET") if c["path"] == accounts]
+    assert listed["query"]["labelSelector"] == (
+        "app.kubernetes.io/instance=demo,app.kubernetes.io/managed-by=kubeddp"
+    )
+    assert api.calls("DELETE")[-1]["path"] == f"{accounts}/trainer-sa"
+    assert "serviceaccount/trainer-sa deleted" in out
+
+
+def test_delete_forbidden_to_list_service_accounts_says_so(api, capsys):
+    """A Role from before serviceaccounts were granted: the job is gone, the line says the fix."""
+    accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
+    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
+    api.route("GET", accounts, 403, status_body(403, "Forbidden", "no"))
+    code, out, err = run(["delete", "demo"], capsys)
+    assert "pytorchjob/demo deleted" in out
+    assert code == CLUSTER_ERROR and "cannot list serviceaccounts" in err and "rbac" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_delete_forbidden(api, capsys):
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, status_body(403, "Forbidden", "no"))
     code, _, err = run(["delete", "demo"], capsys)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kubeddp.tools import gen_k8s
 from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
+from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.kube import resource_for
 from kubeddp.tools.rbac import RULES
 from kubeddp.tools.validate import load_documents, validate_documents
+from tests.helpers.render import render_job
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 
@@ -60,22 +64,29 @@ def test_kustomization_lists_existing_files():
         assert (K8S / resource).is_file(), resource
 
 
-def test_rbac_grants_every_resource_the_cli_touches():
-    granted = {
+def _granted(verb: str) -> set[tuple[str, str]]:
+    return {
         (group, resource)
         for rule in RULES
+        if verb in rule["verbs"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    needed = {
-        ("kubeflow.org", "pytorchjobs"),
-        ("trainer.kubeflow.org", "trainjobs"),
-        ("batch", "jobs"),
-        ("", "services"),
-        ("", "configmaps"),
-        ("", "persistentvolumeclaims"),
-        ("", "pods"),
-        ("", "pods/log"),
-        ("monitoring.coreos.com", "podmonitors"),
-    }
-    assert needed <= granted
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_rbac_lets_submit_create_and_delete_everything_render_makes(kind):
+    """Every object of a render with each optional object on: the Role can create and delete it."""
+    docs = render_job(
+        kind, "--name", "demo", "--create-service-account", "--podmonitor", "--dashboard"
+    )
+    made = {(resource_for(doc).group, resource_for(doc).plural) for doc in docs}
+    assert {"ServiceAccount", "PodMonitor", "PersistentVolumeClaim"} <= {d["kind"] for d in docs}
+    for verb in ("create", "delete"):
+        assert made <= _granted(verb), (verb, made - _granted(verb))
+
+
+def test_rbac_lets_status_logs_and_delete_read_what_they_read():
+    assert {("", "pods"), ("", "serviceaccounts")} <= _granted("list")
+    assert ("", "pods/log") in _granted("get")
+    assert ("", "pods") not in _granted("delete")  # the operators own the pods
