@@ -18,7 +18,7 @@ ARG TORCH_CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG PIP_OFFLINE=0
 ARG CA_BUNDLE=
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+SHELL ["/bin/bash", "-e", "-o", "pipefail", "-c"]
 
 # wheels/ always exists (it holds .gitkeep). An empty COPY source would mean the whole
 # context, so an unset CA_BUNDLE names .gitkeep again instead.
@@ -64,12 +64,22 @@ RUN touch /src/README.md; \
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# tini as PID 1 forwards SIGTERM to the launcher and reaps orphans; most bases lack it.
+ARG VARIANT
+SHELL ["/bin/bash", "-e", "-o", "pipefail", "-c"]
+# tini as PID 1 forwards SIGTERM to the launcher and reaps orphans; most bases lack it. The CUDA
+# image also needs a C compiler and Python's headers: Triton (torch.compile on CUDA) builds its
+# kernel launchers with them at run time.
 # hadolint ignore=DL3008
-RUN if ! command -v tini > /dev/null; then \
+RUN packages=(); \
+    command -v tini > /dev/null || packages+=(tini); \
+    if [ "${VARIANT}" = cuda ]; then \
+      command -v gcc > /dev/null || packages+=(gcc libc6-dev); \
+      python3 -c 'import pathlib, sys, sysconfig; sys.exit(not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file())' \
+        || packages+=(python3-dev); \
+    fi; \
+    if [ "${#packages[@]}" -gt 0 ]; then \
       apt-get update; \
-      apt-get install -y --no-install-recommends tini; \
+      apt-get install -y --no-install-recommends "${packages[@]}"; \
       rm -rf /var/lib/apt/lists/*; \
     fi; \
     getent group 1000 > /dev/null || echo "kubeddp:x:1000:" >> /etc/group; \
@@ -83,7 +93,10 @@ COPY --from=build /tmp/dist/ /tmp/dist/
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl; \
     rm -rf /tmp/dist; \
     /opt/venv/bin/pip check; \
-    /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli"
+    /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli"; \
+    if [ "${VARIANT}" = cuda ]; then \
+      /opt/venv/bin/python -c "import sys, torch; from kubeddp.trainer.worker.compiled import missing_build_tools; missing = missing_build_tools(torch.device('cuda')); sys.exit(missing and f'the CUDA image lacks {missing}')"; \
+    fi
 
 # Every path written at run time lies under /tmp or /checkpoints, so the container runs with
 # a read-only root filesystem (mount a tmpfs at /tmp and a volume at /checkpoints).

@@ -189,9 +189,11 @@ class TrainConfig:
     )
     compile: str = setting(
         "off",
-        "`torch.compile` the model: `off`, `on`, or `auto` (on when training on CUDA); "
-        "`true`/`false` mean `on`/`off`. Short last batches and evaluation run uncompiled, so "
-        "nothing recompiles at epoch ends",
+        "`torch.compile` the model: `off`, `on`, or `auto` (on when training on CUDA with a C "
+        "compiler and Python's headers, which Triton builds with; else eager, and the log says "
+        "why); `true`/`false` mean `on`/`off`. `on` without the build tools is refused at "
+        "start. Short last batches and evaluation run uncompiled, so nothing recompiles at "
+        "epoch ends",
         choices=("off", "on", "auto"),
     )
     tf32: bool = setting(

@@ -118,3 +118,21 @@ def test_docker_stop_saves_a_checkpoint_and_exits_retryable(
     assert said, f"no preemption save announced:\n{text[-4000:]}"
     step_dir = host_ckpt / f"ckpt-{int(said.group(1)):08d}"
     assert step_dir in _complete_checkpoints(host_ckpt), f"{step_dir} missing:\n{text[-4000:]}"
+
+
+@pytest.mark.timeout(300)
+def test_compile_on_in_the_cpu_image_is_refused_in_one_line(docker: dockerenv.DockerRun) -> None:
+    """The CPU image has no C++ compiler, which inductor needs: train.compile=on ends at once
+    with exit 2 and one line, not with an inductor traceback per worker at the first step."""
+    args = ["--", *QUICK, "--set", "train.compile=on"]
+    name = docker.start(f"{docker.prefix}-compile", args, options=["--network", "none"])
+    code = docker.wait(name, timeout=120)
+    text = docker.logs(name)
+    errors = [line for line in text.splitlines() if "error" in line]
+    assert code == 2, text[-4000:]
+    assert errors == [
+        "kubeddp launch: error: train.compile=on needs a C++ compiler for inductor (g++ on "
+        "PATH, or $CXX); install it in the image or set train.compile=off (or auto, which then "
+        "trains eagerly)"
+    ], text[-4000:]
+    assert "Traceback" not in text

@@ -200,3 +200,23 @@ def test_bad_input_row_as_a_process(row_id: str, tmp_path: Path) -> None:
         assert word in lines[0], f"{word!r} not in {lines[0]!r}"
     if row.api_untouched:
         assert requests == [], requests
+
+
+def test_compile_on_without_a_compiler(tmp_path: Path) -> None:
+    """A slim image (no g++ on PATH, no $CXX) with train.compile=on: one line before any
+    rendezvous, instead of an inductor traceback per worker at the first step."""
+    bare_path = tmp_path / "bin"
+    bare_path.mkdir()
+    done = run_cli(
+        tmp_path,
+        ["train", "--nproc", "2", "--set", "train.compile=on"],
+        env={"PATH": str(bare_path)},
+    )
+    assert_one_error(
+        done,
+        2,
+        "kubeddp launch: error:",
+        "train.compile=on needs a C++ compiler for inductor",
+        "train.compile=off",
+    )
+    assert "rendezvous" not in done.output  # refused before the launcher planned anything

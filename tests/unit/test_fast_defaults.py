@@ -4,12 +4,18 @@ the AdamW kernel, TF32, pinned batches, torch.compile and which batches run comp
 from __future__ import annotations
 
 import copy
+import sys
+import sysconfig
 
 import pytest
 import torch
 
 from kubeddp.trainer.config import ConfigError, TrainConfig, load_config
-from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_enabled
+from kubeddp.trainer.worker.compiled import (
+    CompiledForFullBatches,
+    compile_plan,
+    missing_build_tools,
+)
 from kubeddp.trainer.worker.data import leading_dim, pins_memory, unpinned_host_tensors
 from kubeddp.trainer.worker.precision import set_fp32_matmul_precision, tf32_enabled
 from kubeddp.trainer.worker.schedule import (
@@ -124,10 +130,60 @@ def test_leading_dim_is_the_batch_size_of_a_collated_batch() -> None:
 # ---- torch.compile -------------------------------------------------------------------------
 
 
+@pytest.fixture
+def without_compilers(tmp_path, monkeypatch) -> None:
+    """A PATH with python but no gcc, g++ or clang, and no $CC/$CXX: a slim image."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+
+
 def test_compile_setting() -> None:
-    assert compile_enabled("on", CPU) and compile_enabled("on", CUDA)
-    assert not compile_enabled("off", CUDA)
-    assert compile_enabled("auto", CUDA) and not compile_enabled("auto", CPU)
+    """With the build tools present (this machine, CI): on, off, and auto = CUDA only."""
+    assert missing_build_tools(CPU) is None and missing_build_tools(CUDA) is None
+    assert compile_plan("on", CPU) == (True, None) and compile_plan("on", CUDA) == (True, None)
+    assert compile_plan("off", CUDA) == (False, None)
+    assert compile_plan("auto", CUDA) == (True, None) and compile_plan("auto", CPU) == (False, None)
+
+
+@pytest.mark.usefixtures("without_compilers")
+def test_compile_on_without_a_compiler_is_a_one_line_error() -> None:
+    with pytest.raises(ValueError, match=r"^train.compile=on needs a C\+\+ compiler for inductor"):
+        compile_plan("on", CPU)
+    with pytest.raises(ValueError, match=r"^train.compile=on needs a C compiler for Triton") as err:
+        compile_plan("on", CUDA)
+    assert "\n" not in str(err.value) and "train.compile=off" in str(err.value)
+
+
+@pytest.mark.usefixtures("without_compilers")
+def test_compile_auto_without_a_compiler_trains_eagerly_and_says_why() -> None:
+    use, note = compile_plan("auto", CUDA)
+    assert not use and note.startswith("train.compile=auto: training eagerly")
+    assert "a C compiler for Triton" in note
+    assert compile_plan("off", CUDA) == (False, None)  # nothing to check when off
+
+
+@pytest.mark.usefixtures("without_compilers")
+def test_compilers_named_by_cc_and_cxx_count(monkeypatch) -> None:
+    monkeypatch.setenv("CC", "/opt/toolchain/bin/cc")
+    monkeypatch.setenv("CXX", "/opt/toolchain/bin/c++")
+    assert missing_build_tools(CUDA) is None and missing_build_tools(CPU) is None
+
+
+def test_cuda_compile_needs_pythons_headers(tmp_path, monkeypatch) -> None:
+    """A Debian python3 without python3-dev: Triton's launcher cannot include Python.h."""
+    real = sysconfig.get_paths
+
+    def without_headers(*args, **kwargs):
+        return {**real(*args, **kwargs), "include": str(tmp_path)}
+
+    monkeypatch.setattr(sysconfig, "get_paths", without_headers)
+    missing = missing_build_tools(CUDA)
+    assert missing == f"Python's C headers for Triton ({tmp_path}/Python.h: install python3-dev)"
+    assert missing_build_tools(CPU) is None  # on CPU only the C++ compiler is checked
 
 
 def test_compile_accepts_the_old_booleans_and_rejects_the_rest() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
 from kubeddp.trainer.config import (
+    Config,
     ConfigError,
     add_config_options,
     config_options_argv,
@@ -52,6 +53,23 @@ def _gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _compile_problem(cfg: Config) -> str | None:
+    """train.compile=on where torch.compile cannot build its kernels: said once, before any
+    rendezvous wait (workers that a user's own torchrun starts check it themselves)."""
+    if cfg.train.compile == "off":
+        return None
+    from kubeddp.trainer.worker.compiled import compile_plan
+    from kubeddp.trainer.worker.distributed import DistributedSetupError, choose_device
+
+    try:
+        compile_plan(cfg.train.compile, choose_device(cfg.ddp, 0))
+    except DistributedSetupError:
+        return None  # no such device: each worker says so, as without compile
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _log(msg: str) -> None:
@@ -214,6 +232,9 @@ def launch_main(argv: list[str]) -> int:
     try:
         # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
         cfg = load_config_options(options, env)
+        problem = _compile_problem(cfg) if program is None else None
+        if problem:
+            raise ConfigError(problem)
         deadline = args.rdzv_wait
         if deadline is None:
             deadline = _env_number(

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.worker.checkpoint_manager import CheckpointManager
-from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_enabled
+from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
 from kubeddp.trainer.worker.data import (
     batch_samples,
     build_train_loader,
@@ -70,11 +70,10 @@ class Trainer:
         set_fp32_matmul_precision(t.tf32, ctx.device)
         self.workload = build_workload(cfg.workload, t.seed)
         self.raw_model = self.workload.model.to(ctx.device)
-        self.compiled = (
-            CompiledForFullBatches(self.raw_model)
-            if compile_enabled(t.compile, ctx.device)
-            else None
-        )
+        use_compile, compile_note = compile_plan(t.compile, ctx.device)
+        if compile_note and ctx.is_main:
+            print(f"[kubeddp] {compile_note}", flush=True)
+        self.compiled = CompiledForFullBatches(self.raw_model) if use_compile else None
         inner = self.compiled if self.compiled is not None else self.raw_model
         self.model = wrap_ddp(inner, cfg.ddp, ctx)
         self.sampler = ResumableDistributedSampler(
