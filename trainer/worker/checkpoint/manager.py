@@ -262,17 +262,22 @@ class CheckpointManager:
         own = c.resume == "auto"
         source = self.storage if own else storage_for(c.resume)
         assert source is not None
-        found_at, loaded = None, None
+        found_at, loaded, unreachable = None, None, None
         if self.ctx.is_main:
-            found = load_newest_valid(
-                source,
-                log=self.log,
-                check=self._content_problem,
-                on_bad=self._set_aside if own and self.claimed else None,
-            )
+            try:
+                found = load_newest_valid(
+                    source,
+                    log=self.log,
+                    check=self._content_problem,
+                    on_bad=self._set_aside if own and self.claimed else None,
+                )
+            except StorageUnreachable as exc:
+                found, unreachable = None, str(exc)
             if found:
                 found_at, loaded = (str(found[0].path), found[0].step), found[1]
-        found_at = broadcast_object(found_at)
+        found_at, unreachable = broadcast_object((found_at, unreachable))
+        if unreachable:
+            raise StorageUnreachable(unreachable)
         if found_at is None:
             if not own:  # an explicit path that holds nothing is a mistake
                 raise CheckpointError(

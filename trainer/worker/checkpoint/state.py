@@ -12,6 +12,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     STATE_FILE,
     CheckpointRef,
     CheckpointStorage,
+    StorageUnreachable,
     as_storage,
     reason,
 )
@@ -70,6 +71,8 @@ def load_newest_valid(
     for ref in list_checkpoints(where):
         try:
             state = load_state(ref)
+        except StorageUnreachable:  # the network, not the checkpoint: never set it aside
+            raise
         except Exception as exc:  # noqa: BLE001 - any unreadable file means "try the previous"
             log(
                 f"[kubeddp] checkpoint {ref.path} is unreadable ({type(exc).__name__}: "
