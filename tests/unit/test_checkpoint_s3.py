@@ -97,7 +97,7 @@ def test_corrupt_newest_is_set_aside_and_the_previous_loaded(s3env: s3server.S3S
 def test_prepare_proves_the_bucket_writable(s3env: s3server.S3Server) -> None:
     storage = S3Storage.from_url(f"s3://{s3server.BUCKET}/prepared")
     assert storage.prepare() is None
-    assert s3env.keys("prepared/") == [], "the probe object is removed"
+    assert s3env.keys("prepared/") == ["prepared/.kubeddp-checkpoints"], "the probe is removed"
     missing = S3Storage.from_url("s3://no-such-bucket-kubeddp/x")
     with pytest.raises(ckpt.CheckpointError, match="404.*create the bucket"):
         missing.prepare()

@@ -115,6 +115,7 @@ class Trainer:
             "scheduler": self.scheduler,
             "scaler": self.scaler,
             "trainer": self.state,  # step, epoch, position in the epoch
+            "sampler": self.sampler,  # the size of the epoch order the position counts in
             "rng": RngPart(),
             "sample_record": SampleRecordPart(sample_ids) if sample_ids else None,
         }

@@ -32,6 +32,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 # Bucket names as S3 allows them (3-63 characters, lower case, digits, dots, hyphens).
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PROBE = ".kubeddp-probe"
+OWNER_NOTE = ".kubeddp-checkpoints"
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
@@ -149,6 +150,8 @@ class S3Storage:
         key = self._key(PROBE)
         self._call("a test write", self.client.put_object, Bucket=self.bucket, Key=key, Body=b"")
         self._call("a test delete", self.client.delete_object, Bucket=self.bucket, Key=key)
+        # Says "this prefix is kubeddp's" (what the lock file says on a disk; safety.py).
+        self.write_note(OWNER_NOTE, "checkpoints written by kubeddp\n")
         return None
 
     def release(self) -> None:

@@ -27,7 +27,12 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 def claim(storage: CheckpointStorage, config_yaml: str, log: Callable[[str], None]) -> None:
     """Make `storage` this run's (the writer, global rank 0, calls it once) or raise a
     one-line CheckpointError."""
-    foreign = [name for name in storage.top_names() if not is_own_name(name)]
+    names = storage.top_names()
+    foreign = [name for name in names if not is_own_name(name)]
+    # config.yaml is ours only beside our other files: alone, it is the user's (a project's
+    # working directory), and the config copy would overwrite it.
+    if CONFIG_FILE in names and not any(n.startswith(("ckpt-", ".kubeddp")) for n in names):
+        foreign.insert(0, CONFIG_FILE)
     if foreign:
         raise CheckpointError(
             f"checkpoint.dir {storage.location} holds {len(foreign)} entr"
