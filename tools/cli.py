@@ -60,6 +60,10 @@ def _dispatch(argv: list[str]) -> int:
         from kubeddp.trainer.launcher.launch import train_main
 
         return train_main(argv[1:])
+    if argv and argv[0] == "keeper":  # the checkpoint keeper pod's command
+        from kubeddp.trainer.launcher.checkpoint_keeper import keeper_main
+
+        return keeper_main(argv[1:])
     args = parse_command(argv)
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
@@ -115,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(metavar="COMMAND")
     sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
+    sub.add_parser("keeper", help="serve a checkpoint claim to a job's pods (the keeper pod)")
     sub.add_parser("train", help="local DDP run (torchrun standalone)")
 
     render = sub.add_parser("render", help="print the validated manifests of a job")
