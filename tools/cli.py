@@ -233,10 +233,13 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
     from kubeddp.tools.render_options import values_from_args
     from kubeddp.tools.validate import validate_documents
 
+    notes: list[str] = []
     try:
-        docs = render_documents(*values_from_args(args))
+        docs = render_documents(*values_from_args(args), notes=notes)
     except (OptionError, RenderError) as exc:
         return [], _fail(command, str(exc))
+    for line in notes:  # which storage the job uses, what the cluster must offer
+        print(f"kubeddp {command}: {line}", file=sys.stderr)
     try:
         problems = validate_documents(docs, command, _crd_schemas(args, docs))
     except KubeError as exc:
@@ -351,12 +354,38 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.dry_run == "client":
             sys.stdout.write(to_yaml(docs))
             return 0
-        jobs.submit(_connect(args), docs, args.dry_run == "server", sys.stdout)
+        cluster = _connect(args)
+        problem = _storage_problem(cluster, docs)
+        if problem:
+            return _fail("submit", problem)
+        jobs.submit(cluster, docs, args.dry_run == "server", sys.stdout)
     except ManifestError as exc:
         return _fail("submit", str(exc))
     except KubeError as exc:
         return _fail("submit", str(exc), exc.exit_code)
     return 0
+
+
+def _storage_problem(cluster, docs: list[dict]) -> str:
+    """Check the checkpoint claim against the cluster's StorageClasses where they can be read;
+    a claim that would stay Pending is a problem (one line), the rest a note."""
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.storage_classes import StorageProblem, check_claim, claims_of
+
+    claims = claims_of(docs)
+    if not claims:
+        return ""
+    try:
+        classes = cluster.storage_classes()
+    except KubeError as exc:
+        print(f"kubeddp submit: note: StorageClasses not checked ({exc})", file=sys.stderr)
+        return ""
+    for claim in claims:
+        try:
+            print(f"kubeddp submit: checkpoints: {check_claim(claim, classes)}", file=sys.stderr)
+        except StorageProblem as exc:
+            return str(exc)
+    return ""
 
 
 def _cluster_command(args: argparse.Namespace, command: str) -> int:

@@ -45,6 +45,8 @@ annotations:
 {{- if include "kubeddp.checkpointClaimMounted" . }}
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
+{{- else if eq (include "kubeddp.checkpointStorage" .) "keeper" }}
+  emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
 {{- else }}
   emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
@@ -65,7 +67,7 @@ annotations:
   mountPath: {{ $c.configDir }}
   readOnly: true
 - name: checkpoints
-  mountPath: {{ $c.checkpointDir }}
+  mountPath: {{ include "kubeddp.checkpointDir" . }}
 - name: dshm
   mountPath: {{ $c.shmDir }}
 - name: tmp
@@ -143,6 +145,7 @@ values.env, then extraEnv */}}
   value: {{ $value | quote }}
 {{- end }}
 {{- end }}
+{{- include "kubeddp.storageEnv" $root }}
 {{- with $root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
