@@ -289,6 +289,7 @@ def chart_constants() -> dict[str, Any]:
         "defaultImagePullPolicy": CV.DEFAULT_IMAGE_PULL_POLICY,
         "defaultCheckpointSize": CV.DEFAULT_CHECKPOINT_SIZE,
         "keeperPort": trainer.KEEPER_PORT,
+        "keeperLabel": names.KEEPER_LABEL,
         "keeperEnv": trainer.ENV_CHECKPOINT_KEEPER,
         "programInCheckpointDirEnv": trainer.ENV_PROGRAM_IN_CHECKPOINT_DIR,
         "keeperCommand": [*names.IMAGE_ENTRYPOINT[:-1], "keeper"],

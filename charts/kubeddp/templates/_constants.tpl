@@ -37,6 +37,7 @@ defaultCleanPodPolicy: Running
 defaultImagePullPolicy: IfNotPresent
 defaultCheckpointSize: 10Gi
 keeperPort: 9410
+keeperLabel: kubeddp.io/checkpoint-keeper
 keeperEnv: KUBEDDP_CHECKPOINT_KEEPER
 programInCheckpointDirEnv: KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR
 keeperCommand:
