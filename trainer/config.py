@@ -249,7 +249,11 @@ class DDPConfig:
 
 @dataclass
 class CheckpointConfig:
-    dir: str = setting("checkpoints", "where checkpoints go (`/checkpoints` in pods)")
+    dir: str = setting(
+        "checkpoints",
+        "where checkpoints go (`/checkpoints` in pods): a directory of their own, or "
+        "`s3://bucket/prefix`",
+    )
     every_steps: int = setting(
         0,
         "save every N optimizer steps; 0 = at the end of each epoch only",

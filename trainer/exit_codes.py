@@ -40,6 +40,7 @@ KILLED = 137
 PREEMPTED = 143
 RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
+STORAGE_UNREACHABLE = 202
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -111,6 +112,13 @@ TABLE: tuple[ExitCode, ...] = (
         "another process, pod or node failed, or the network or rendezvous store went away "
         "(a collective failed or timed out)",
         "retried; resumes from the newest checkpoint",
+    ),
+    ExitCode(
+        STORAGE_UNREACHABLE,
+        "checkpoint storage unreachable",
+        "training",
+        "the checkpoint storage (an S3 endpoint) did not answer at start",
+        "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}
