@@ -339,6 +339,11 @@ FAIL_RULES = {
         "demo",
         r"`config.checkpoint.dir` /data/ck lies on the volume data mounted at /data",
     ),
+    "a claim setting with s3 checkpoints": (
+        {"config": {"checkpoint": {"dir": "s3://bkt/run"}}, "checkpoints": {"size": "5Gi"}},
+        "demo",
+        r"`checkpoints.size` is set but `config.checkpoint.dir` is s3://bkt/run: S3 checkpoints",
+    ),
     "dashboard labels without dashboard": (
         {"monitoring": {"dashboard": {"labels": {"team": "ml"}}}},
         "demo",

@@ -76,15 +76,20 @@ def test_a_new_pod_gets_the_newest_checkpoint_and_the_loose_files(
     (first.root / "snapshot.pt").write_bytes(b"epoch 3")
     (first.root / ".kubeddp-writer.lock").write_text("pid")
     sent = first.push()
-    assert sent == ["ckpt-00000005", "ckpt-00000010"]  # the snapshot waits one interval
-    assert first.push() == ["snapshot.pt"]  # unchanged for one interval: complete
+    assert sent == ["ckpt-00000005", "ckpt-00000010", "snapshot.pt"]
+    assert first.push() == []  # nothing changed
     assert (claim / "ckpt-00000010" / "COMPLETE").is_file()
     assert not (claim / ".kubeddp-writer.lock").exists()
 
     second = _sync(client, tmp_path / "pod-b")
     said = second.fill()
-    assert said is not None and said.startswith("checkpoint ckpt-00000010 and 1 other file")
-    assert sorted(p.name for p in second.root.iterdir()) == ["ckpt-00000010", "snapshot.pt"]
+    assert said is not None
+    assert said.startswith("checkpoint ckpt-00000010 (and 1 older) and 1 other file"), said
+    assert sorted(p.name for p in second.root.iterdir()) == [
+        "ckpt-00000005",
+        "ckpt-00000010",
+        "snapshot.pt",
+    ]
     assert (second.root / "ckpt-00000010" / "state.pt").read_bytes() == b"10" * 1000
     assert (second.root / "snapshot.pt").read_bytes() == b"epoch 3"
     assert second.push() == []  # what it fetched is not sent back
@@ -118,7 +123,7 @@ def test_pruning_and_bad_renames_reach_the_keeper(
     assert names == ["ckpt-00000010", "ckpt-00000015.bad", "ckpt-00000020"]
 
 
-def test_the_final_push_sends_a_file_written_just_now(
+def test_the_final_push_sends_the_last_files_and_removals_follow(
     served: tuple[KeeperClient, Path], tmp_path: Path
 ) -> None:
     client, claim = served
@@ -126,7 +131,6 @@ def test_the_final_push_sends_a_file_written_just_now(
     pod.fill()
     (pod.root / "runs").mkdir()
     (pod.root / "runs" / "snapshot.pt").write_bytes(b"one")
-    assert pod.push() == []
     assert pod.finish(5)
     assert (claim / "runs" / "snapshot.pt").read_bytes() == b"one"
     (pod.root / "runs" / "snapshot.pt").unlink()
@@ -161,3 +165,36 @@ def test_an_absent_keeper_is_a_bounded_wait_and_a_bad_url_is_refused() -> None:
     assert time.monotonic() - start < 30
     with pytest.raises(KeeperSettingError, match="is not http://HOST:PORT"):
         KeeperClient("s3://bucket")
+
+
+def test_a_file_being_rewritten_is_not_sent_until_it_is_quiet(
+    served: tuple[KeeperClient, Path], tmp_path: Path
+) -> None:
+    """torch.save rewrites a snapshot in place: a file that changes while it is looked at is
+    left for the next interval, so the keeper never gets half of one version."""
+    import threading
+
+    client, claim = served
+    pod = _sync(client, tmp_path / "pod")
+    pod.fill()
+    target = pod.root / "snapshot.pt"
+    target.write_bytes(b"v0" * 1000)
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        version = 0
+        while not stop.is_set():
+            version += 1
+            target.write_bytes(str(version).encode() * 1000)
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        assert pod.push() == []  # changing all the time: never sent
+    finally:
+        stop.set()
+        writer.join()
+    assert not (claim / "snapshot.pt").exists()
+    assert pod.push() == ["snapshot.pt"]
+    assert (claim / "snapshot.pt").read_bytes() == target.read_bytes()

@@ -9,9 +9,9 @@ the pod that hosts global rank 0 writes, so the others have nothing to send.
 What counts as written:
 - a top-level directory holding `COMPLETE` (the built-in trainer renames one into place only
   when it is whole): sent once, staged and committed as a unit;
-- any other file (hidden names aside: temporary directories, the writer lock): sent when its
-  size and mtime stayed the same for one interval (a script's torch.save has finished), and at
-  the end unconditionally;
+- any other file (hidden names aside: temporary directories, the writer lock): copied and
+  sent when its size and mtime stayed the same for QUIET_SECONDS and during the copy (a
+  script's torch.save has finished), and at the end unconditionally;
 - a unit or file this pod knew (fetched or sent) that is gone (keep-N pruning, a `.bad`
   rename): removed from the keeper too; so is a checkpoint older than the newest one here.
 """
@@ -38,6 +38,10 @@ CHECKPOINT_NAME = re.compile(r"ckpt-(\d+)$")
 DEFAULT_SYNC_SECONDS = 2.0
 # After the workers exit: time to send the last files (a SIGTERM save), inside the pod's grace
 FINISH_SECONDS = 30.0
+# The newest and the one before: a corrupt newest falls back to it, as on a claim
+FETCH_CHECKPOINTS = 2
+# A file unchanged for this long (and while it is copied) is taken as written whole
+QUIET_SECONDS = 0.5
 REQUEST_TIMEOUT = 60.0
 Log = Callable[[str], None]
 Stamp = tuple[int, int]  # (size, mtime_ns)
@@ -97,7 +101,7 @@ class KeeperClient:
 
     def download(self, rel: str, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        temp = dest.parent / f".sync-{uuid.uuid4().hex}"
+        temp = dest.parent / f".kubeddp-sync-{uuid.uuid4().hex}"
         try:
             self._request("GET", f"/v1/file/{quote(rel)}", sink=temp)
             os.replace(temp, dest)
@@ -148,10 +152,15 @@ def split_listing(files: Mapping[str, Stamp]) -> tuple[dict[str, list[str]], lis
     return units, loose
 
 
-def newest_checkpoint(units: Mapping[str, object]) -> str | None:
-    steps = {name: _step(name) for name in units}
-    found = [(step, name) for name, step in steps.items() if step is not None]
-    return max(found)[1] if found else None
+def newest_checkpoints(units: Mapping[str, object], count: int) -> list[str]:
+    """The `count` newest checkpoint directories, newest first (`.bad` ones are not)."""
+    found = sorted((_step(name), name) for name in units if _step(name) is not None)
+    return [name for _, name in reversed(found[-count:])]
+
+
+def _stamp(path: Path) -> Stamp:
+    stat = path.stat()
+    return (stat.st_size, stat.st_mtime_ns)
 
 
 def scan(root: Path) -> tuple[set[str], dict[str, Stamp]]:
@@ -185,37 +194,37 @@ class CheckpointSync:
     log: Log
     units: set[str] = field(default_factory=set)  # on the keeper as this pod knows it
     sent: dict[str, Stamp] = field(default_factory=dict)  # loose files as last fetched/sent
-    seen: dict[str, Stamp] = field(default_factory=dict)  # the previous scan
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fill(self) -> str | None:
-        """Fetch the newest checkpoint and the loose files; returns what was fetched (a line)."""
+        """Fetch the newest checkpoints and the loose files; returns what was fetched (a line)."""
         self.root.mkdir(parents=True, exist_ok=True)
         files = self.client.files()
         units, loose = split_listing(files)
-        newest = newest_checkpoint(units)
-        fetched = list(loose) + (units[newest] if newest else [])
+        chosen = newest_checkpoints(units, FETCH_CHECKPOINTS)
+        fetched = list(loose) + [rel for name in chosen for rel in units[name]]
         for rel in loose:
             self.client.download(rel, self.root / rel)
-        if newest:  # staged beside, then renamed: the trainer never sees part of a checkpoint
-            staging = self.root / f".sync-{uuid.uuid4().hex}"
-            for rel in units[newest]:
+        for name in chosen:  # staged beside, then renamed: never part of a checkpoint in place
+            staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
+            for rel in units[name]:
                 self.client.download(rel, staging / rel)
-            target = self.root / newest
+            target = self.root / name
             if target.exists():
                 shutil.rmtree(target)
-            os.replace(staging / newest, target)
+            os.replace(staging / name, target)
             shutil.rmtree(staging, ignore_errors=True)
-            self.units.add(newest)
+            self.units.add(name)
         _, here = scan(self.root)
         self.sent = {rel: here[rel] for rel in loose if rel in here}
-        self.seen = dict(self.sent)
         if not fetched:
             return None
         size = sum(files[rel][0] for rel in fetched)
-        what = f"checkpoint {newest}" if newest else "no checkpoint"
+        what = f"checkpoint {chosen[0]}" if chosen else "no checkpoint"
+        if len(chosen) > 1:
+            what += f" (and {len(chosen) - 1} older)"
         return f"{what} and {len(loose)} other file(s), {size / 1e6:.1f} MB"
 
     def push(self, final: bool = False) -> list[str]:
@@ -241,18 +250,42 @@ class CheckpointSync:
                     if step is not None and step < newest_here and name not in units:
                         self.client.delete(name)
                         done.append(f"-{name}")
-            for rel, stamp in sorted(loose.items()):
-                stable = final or self.seen.get(rel) == stamp
-                if self.sent.get(rel) != stamp and stable:
-                    self.client.upload(rel, self.root / rel)
-                    self.sent[rel] = stamp
-                    done.append(rel)
+            changed = [rel for rel, stamp in sorted(loose.items()) if self.sent.get(rel) != stamp]
+            if changed and not final:
+                time.sleep(QUIET_SECONDS)  # a file still being written changes meanwhile
+            for rel in changed:
+                copied = self._copy_if_quiet(rel, loose[rel], final)
+                if copied is None:
+                    continue  # being written: the next interval tries again
+                try:
+                    self.client.upload(rel, copied)
+                finally:
+                    copied.unlink(missing_ok=True)
+                self.sent[rel] = loose[rel]
+                done.append(rel)
             for rel in sorted(set(self.sent) - set(loose)):
                 self.client.delete(rel)
                 del self.sent[rel]
                 done.append(f"-{rel}")
-            self.seen = loose
             return done
+
+    def _copy_if_quiet(self, rel: str, stamp: Stamp, final: bool) -> Path | None:
+        """A private copy of the file when it is not being written (same size and time before
+        and after the copy, and, unless final, as at the scan): a script's torch.save rewrites
+        its file in place, so sending the file itself could send half of each version."""
+        source = self.root / rel
+        copy = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
+        try:
+            before = _stamp(source)
+            if not final and before != stamp:
+                return None
+            shutil.copyfile(source, copy)
+            if _stamp(source) == before:
+                return copy
+        except FileNotFoundError:
+            pass
+        copy.unlink(missing_ok=True)
+        return None
 
     def _loop(self, interval: float) -> None:
         while not self._stop.wait(interval):

@@ -47,6 +47,8 @@ annotations:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
 {{- else if eq (include "kubeddp.checkpointStorage" .) "keeper" }}
   emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
+{{- else if eq (include "kubeddp.checkpointStorage" .) "s3" }}
+  emptyDir: {}  # checkpoint.dir is s3://: scratch space only
 {{- else }}
   emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
@@ -67,7 +69,7 @@ annotations:
   mountPath: {{ $c.configDir }}
   readOnly: true
 - name: checkpoints
-  mountPath: {{ include "kubeddp.checkpointDir" . }}
+  mountPath: {{ include "kubeddp.checkpointMountPath" . }}
 - name: dshm
   mountPath: {{ $c.shmDir }}
 - name: tmp
