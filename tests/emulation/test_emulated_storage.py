@@ -88,7 +88,7 @@ def _kill_node_rank_0_after(cluster: EmulatedCluster, pod: str, what: str, done)
 
 
 @pytest.mark.timeout(2 * JOB_SECONDS + 60)
-@pytest.mark.parametrize("kind", ["pytorchjob", "indexedjob"])
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexedjob", "trainjob"])
 def test_four_nodes_on_readwriteonce_storage_lose_node_rank_0_and_resume(
     cluster_factory, kind: str
 ) -> None:
