@@ -238,8 +238,6 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
         docs = render_documents(*values_from_args(args), notes=notes)
     except (OptionError, RenderError) as exc:
         return [], _fail(command, str(exc))
-    for line in notes:  # which storage the job uses, what the cluster must offer
-        print(f"kubeddp {command}: {line}", file=sys.stderr)
     try:
         problems = validate_documents(docs, command, _crd_schemas(args, docs))
     except KubeError as exc:
@@ -249,6 +247,8 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
             print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
         return [], EXIT_BAD_INPUT
     _print_warnings(command, docs, command)
+    for line in notes:  # which storage the job uses, what the cluster must offer
+        print(f"kubeddp {command}: {line}", file=sys.stderr)
     return docs, 0
 
 
