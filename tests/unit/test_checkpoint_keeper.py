@@ -198,3 +198,50 @@ def test_a_file_being_rewritten_is_not_sent_until_it_is_quiet(
     assert not (claim / "snapshot.pt").exists()
     assert pod.push() == ["snapshot.pt"]
     assert (claim / "snapshot.pt").read_bytes() == target.read_bytes()
+
+
+def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    argv = [sys.executable, "-m", "kubeddp", "launch", "--nproc-per-node", "1", *args]
+    return subprocess.run(
+        argv, env={**base, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=90
+    )
+
+
+def test_launch_without_its_keeper_exits_200_and_with_a_bad_url_exits_2(tmp_path: Path) -> None:
+    """The keeper's pod not up within the wait is retried (>= 128); a bad setting is not."""
+    env = {"KUBEDDP_CHECKPOINT_KEEPER": f"http://127.0.0.1:{_free_port()}",
+           "KUBEDDP_RDZV_WAIT_SECONDS": "1"}  # fmt: skip
+    done = _launch(tmp_path, env, "--", "--set", f"checkpoint.dir={tmp_path / 'ck'}")
+    lines = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode == 200, done.stderr
+    assert len(lines) == 1 and "did not answer within 1 s" in lines[0], done.stderr
+    env["KUBEDDP_CHECKPOINT_KEEPER"] = "ftp://keeper"
+    done = _launch(tmp_path, env, "--", "--set", f"checkpoint.dir={tmp_path / 'ck'}")
+    assert done.returncode == 2, done.stderr
+    assert "is not http://HOST:PORT" in done.stderr
+
+
+def test_a_script_runs_in_the_filled_checkpoint_dir_and_its_snapshot_reaches_the_keeper(
+    served: tuple[KeeperClient, Path], tmp_path: Path
+) -> None:
+    """A relative `snapshot.pt` saved by the program lands on the keeper; the next start of the
+    pod (a new, empty dir) finds it there again."""
+    client, claim = served
+    script = tmp_path / "seed.py"
+    script.write_text(
+        "import os, pathlib\n"
+        "p = pathlib.Path('snapshot.pt')\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "print('run', n, 'in', os.getcwd(), flush=True)\n"
+    )
+    for attempt in (1, 2):
+        ck = tmp_path / f"pod-{attempt}"  # every pod incarnation: a fresh emptyDir
+        (tmp_path / "config.yaml").write_text(f"checkpoint:\n  dir: {ck}\n")
+        env = {"KUBEDDP_CHECKPOINT_KEEPER": client.url, "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR": "1"}
+        done = _launch(tmp_path, env, "--config", str(tmp_path / "config.yaml"),
+                       "--script", str(script))  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"run {attempt} in {ck}" in done.stdout + done.stderr, done.stderr
+        assert (claim / "snapshot.pt").read_text() == str(attempt)
