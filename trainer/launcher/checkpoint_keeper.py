@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +38,7 @@ from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser
 
 INCOMING = ".incoming"
+ABANDONED_SECONDS = 3600.0
 CHUNK = 1 << 20
 TXN_CHARS = set("0123456789abcdef")
 
@@ -141,6 +143,21 @@ class Keeper:
                 os.replace(staged, final)
             _fsync_dir(self.root)
         shutil.rmtree(self.incoming / txn, ignore_errors=True)
+        self._drop_abandoned()
+
+    def _drop_abandoned(self) -> None:
+        """Uploads a lost pod left half done (untouched for an hour) take no space for long."""
+        cutoff = time.time() - ABANDONED_SECONDS
+        for entry in self.incoming.iterdir():
+            try:
+                if entry.stat().st_mtime >= cutoff:
+                    continue
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            except FileNotFoundError:
+                continue
 
     def delete(self, rel: str) -> bool:
         target = self.root / rel
