@@ -112,7 +112,9 @@ def test_four_nodes_on_readwriteonce_storage_lose_node_rank_0_and_resume(
     fetched = re.search(r"checkpoint keeper \S+: fetched checkpoint ckpt-(\d+)", recreated.output())
     assert fetched, recreated.tail()
     resumed = re.findall(r"resumed from \S+ \(step (\d+)", recreated.output())
-    assert resumed == [str(int(fetched.group(1)))], recreated.tail()
+    # the first start after the loss resumes from what it fetched (a TrainJob's pod restarts in
+    # place, and a peer's restart can make it start once more)
+    assert resumed and resumed[0] == str(int(fetched.group(1))), (resumed, recreated.tail())
     assert_trained(cluster, world_size=4)
     steps = sorted(int(p.parent.name[5:]) for p in claim().glob("ckpt-*/COMPLETE"))
     assert steps and steps[-1] == 80, steps  # the last save reached the keeper
