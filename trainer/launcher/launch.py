@@ -280,7 +280,7 @@ def launch_main(argv: list[str]) -> int:
         program_workdir(program, cfg, env)
     except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
         # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
-        code = exit_codes.RDZV_UNREACHABLE
+        code = exit_codes.STORAGE_UNREACHABLE
         if not isinstance(exc, checkpoint_sync.KeeperError):
             code = exit_codes.BAD_INPUT
         _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
