@@ -51,6 +51,7 @@ DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+CHECKPOINT_STORAGE = ("keeper", "mount")  # checkpoints.storage; see its doc
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
 
@@ -107,9 +108,11 @@ SECTIONS = (
     Section("serviceAccount", "The pods' ServiceAccount."),
     Section(
         "checkpoints",
-        f"Checkpoints live at {trainer.CHECKPOINT_DIR}, on a claim so that a recreated pod (every "
-        "ExitCode retry, a preemption) resumes: a new claim (the default), an existing one, or, "
-        "only when asked, an emptyDir that is lost with the pod.",
+        "Checkpoints live at checkpoint.dir (default "
+        f"{trainer.CHECKPOINT_DIR}), kept on a claim so that a recreated pod (every ExitCode "
+        "retry, a preemption) resumes: a new claim (the default), an existing one, or, only "
+        "when asked, an emptyDir that is lost with the pod. With more than one pod, a keeper pod "
+        "holds the claim (ReadWriteOnce storage suffices) unless storage is mount.",
     ),
     Section(
         "trainer",
@@ -668,12 +671,25 @@ VALUES: tuple[Value, ...] = (
         "checkpoints.accessMode",
         choice(CHECKPOINT_ACCESS_MODES, nullable=True),
         None,
-        "access mode of the created claim; null = ReadWriteMany when the job has more than one "
-        "pod (pods on several nodes mount it: rank 0 writes, all read on resume), else "
-        "ReadWriteOnce. On a cluster whose storage has no ReadWriteMany (kind's `standard`) and "
-        "one node, set ReadWriteOnce",
+        "access mode of the created claim; null = ReadWriteOnce, or ReadWriteMany when "
+        "storage is mount and the job has more than one pod. ReadWriteOnce and "
+        "ReadWriteOncePod with several pods need storage keeper (the default)",
         TRAINER,
         (Flag(("--checkpoint-access-mode",)),),
+    ),
+    Value(
+        "checkpoints.storage",
+        choice(CHECKPOINT_STORAGE, nullable=True),
+        None,
+        "how the training pods reach the claim. keeper: one small pod (<job>-keeper, the same "
+        "image) mounts it and serves it; each training pod keeps checkpoint.dir on an emptyDir, "
+        "filled from the keeper before its workers start, and sends back what rank 0 writes: "
+        "works with ReadWriteOnce storage, the default of EKS, GKE, AKS and kind. mount: every "
+        "pod mounts the claim at checkpoint.dir (more than one pod: ReadWriteMany storage). "
+        "null = keeper when the job has more than one pod, unless accessMode is ReadWriteMany; "
+        "else mount",
+        TRAINER,
+        (Flag(("--checkpoint-storage",)),),
     ),
     Value(
         "checkpoints.lostOnRetry",

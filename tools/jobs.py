@@ -17,9 +17,11 @@ from kubeddp.tools.kinds import KINDS, JobKind
 from kubeddp.tools.kube import Cluster, KubeError, object_path
 from kubeddp.tools.resources import (
     CONFIG_MAP,
+    DEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
     POD,
     POD_MONITOR,
+    SERVICE,
     SERVICE_ACCOUNT,
 )
 from kubeddp.trainer import exit_codes
@@ -186,6 +188,7 @@ def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: T
     print(f"{kind.resource.kind.lower()}/{name} deleted", file=out)
     companions = [(CONFIG_MAP, f"{name}-config"), (POD_MONITOR, name)]
     companions += [(resource, name) for resource in kind.companions]
+    companions += [(DEPLOYMENT, f"{name}-keeper"), (SERVICE, f"{name}-keeper")]  # keeper
     if delete_pvc:
         companions.append((PERSISTENT_VOLUME_CLAIM, f"{name}-checkpoints"))
     # --create-service-account may name it anything: find it by the labels render gives it.

@@ -117,8 +117,10 @@ TABLE: tuple[ExitCode, ...] = (
         STORAGE_UNREACHABLE,
         "checkpoint storage unreachable",
         "training",
-        "the checkpoint storage (an S3 endpoint) did not answer at start",
-        "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it",
+        "the checkpoint storage (an S3 endpoint, or the job's checkpoint keeper pod) did not "
+        "answer at start",
+        "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it, "
+        "or the keeper pod <job>-keeper and its claim",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}

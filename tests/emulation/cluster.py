@@ -20,7 +20,11 @@ Deviations from a real cluster, each on purpose:
 - init-pytorch's `nslookup` loop runs as the same loop over `getent hosts` (names resolve
   through the hosts file here); other init containers are not emulated;
 - the kubelet's restart back-off is a fixed delay (no doubling); no resource limits, probes,
-  securityContext enforcement inside the pod, or image pulls.
+  securityContext enforcement inside the pod, or image pulls;
+- every pod incarnation is scheduled onto a node of its own (a recreated pod lands elsewhere,
+  as after a node loss); storage.py decides whether its claims let it start there (a pod that
+  cannot stays Pending and is tried again at every tick); the default StorageClass offers every
+  access mode unless a test gives the cluster other classes.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from operator_env import (
     container_env,
     expand,
 )
+from storage import RWX_NFS, Storage, StorageClass, claim_names
 
 POD_NETWORK = ipaddress.ip_network("198.51.100.0/24")
 NAMESPACE = "default"
@@ -126,6 +131,8 @@ class PodRun:
     conditions: set[str] = field(default_factory=set)
     kill_at: float | None = None  # end of the termination grace period
     done: bool = False  # the pod is finished (succeeded, or failed and replaced)
+    node: str = ""  # the node it is scheduled on
+    pending: str = ""  # why it has not started (its volumes), "" once it runs
 
     def output(self) -> str:
         try:
@@ -156,6 +163,7 @@ class EmulatedCluster:
         pod_security: str | None = None,
         restart_delay_seconds: float = RESTART_DELAY_SECONDS,
         image_files: dict[str, Path] | None = None,
+        storage_classes: list[StorageClass] | None = None,
     ) -> None:
         self.pod_security = pod_security  # the namespace's enforced level: None | restricted
         # Paths the image holds (what its Dockerfile COPYs, e.g. /app/train.py) -> the host file
@@ -175,6 +183,8 @@ class EmulatedCluster:
         self.history: list[PodRun] = []
         self.status = JobStatus()
         self.volumes: dict[str, Path] = {}
+        self.storage = Storage(storage_classes if storage_classes is not None else [RWX_NFS])
+        self._nodes = 0
         self._make_bridge()
 
     # ------------------------------------------------------------ network
@@ -338,11 +348,26 @@ class EmulatedCluster:
         log_dir.mkdir(parents=True, exist_ok=True)
         run = PodRun(plan, attempt, ns, address, log_dir / f"{plan.name}.{attempt}.log")
         run.init_left = list(plan.init_containers)
+        run.node = f"node-{self._nodes}"
+        self._nodes += 1
         self.pods[plan.name] = run
         self.history.append(run)
         self._write_hosts()
-        self._next_step(run)
+        self._schedule(run)
         return run
+
+    def _schedule(self, run: PodRun) -> None:
+        """Start the pod if its claims let it run on its node, else leave it Pending."""
+        claims = claim_names(run.plan.volumes)
+        reason = self.storage.blocked(run.plan.name, run.node, claims)
+        if reason:
+            if reason != run.pending:
+                self.status.events.append(reason)
+            run.pending = reason
+            return
+        run.pending = ""
+        self.storage.attach(run.plan.name, run.node, claims)
+        self._next_step(run)
 
     def _next_step(self, run: PodRun) -> None:
         """Start the next init container, or the main container once they all succeeded."""
@@ -414,6 +439,12 @@ class EmulatedCluster:
         if self.plan is not None:
             raise EmulationError("one job per EmulatedCluster")
         self.plan = plan
+        for claim in plan.claims:
+            made = self.storage.add_claim(claim)
+            if made.phase != "Bound":
+                self.status.events.append(f"claim {made.name} Pending: {made.reason}")
+        for pod in plan.deployments:  # e.g. the checkpoint keeper, before the job's pods
+            self._create_pod(pod, 0)
         for pod in plan.pods:
             self.status.restarts[pod.name] = 0
             self._create_pod(pod, 0)
@@ -470,8 +501,18 @@ class EmulatedCluster:
         for name, run in list(self.pods.items()):
             if run.done:
                 continue
+            if run.pending:
+                self._schedule(run)
+                continue
             ended = self._ended(run)
             if ended is None:
+                continue
+            if run.plan.replica_type == "Deployment":  # restartPolicy Always, not the job's
+                kill_netns_processes(run.ns)
+                self.status.events.append(f"{name}: exit {ended.exit_code} -> restart")
+                run.restarts += 1
+                run.popen = None
+                run.start_at = time.monotonic() + self.restart_delay_seconds
                 continue
             # The container's end takes its other processes (torchrun's workers) with it.
             kill_netns_processes(run.ns)
@@ -495,6 +536,7 @@ class EmulatedCluster:
                 self.status.restarts[name] += 1
                 run.done = True
                 self._drop_namespace(run.ns)
+                self.storage.release(name)  # the old pod is deleted: its volumes detach
                 self._create_pod(run.plan, run.attempt + 1)
         done = {n for n, r in self.pods.items() if r.done and r.exit_code == 0}
         if job_succeeded(self.plan, done):

@@ -23,6 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
+from kubeddp.trainer.launcher import checkpoint_sync
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, run_torchrun
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
@@ -274,13 +275,39 @@ def launch_main(argv: list[str]) -> int:
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
+    try:
+        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
+        program_workdir(program, cfg, env)
+    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
+        # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
+        code = exit_codes.STORAGE_UNREACHABLE
+        if not isinstance(exc, checkpoint_sync.KeeperError):
+            code = exit_codes.BAD_INPUT
+        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+        if metrics is not None:
+            metrics.finish(code, _log)
+        return code
     code = exit_codes.TRAINING_FAILED
     try:
         code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
     finally:
+        if sync is not None:  # the workers have exited: their last files go to the keeper
+            sync.finish(checkpoint_sync.FINISH_SECONDS)
         if metrics is not None:
             metrics.finish(code, _log)
     return code
+
+
+def program_workdir(program: Program | None, cfg: Config, env: Mapping[str, str]) -> None:
+    """A user's program starts in checkpoint.dir when the manifest asks (the chart does), so a
+    relative `snapshot.pt` lands on the durable checkpoint storage."""
+    if program is None or env.get(constants.ENV_PROGRAM_IN_CHECKPOINT_DIR) != "1":
+        return
+    if program.mode == "script" and not os.path.isabs(program.target):
+        return  # a relative script path would no longer be found
+    os.makedirs(cfg.checkpoint.dir, exist_ok=True)
+    os.chdir(cfg.checkpoint.dir)
+    _log(f"[kubeddp] program runs in {cfg.checkpoint.dir} (relative paths land there)")
 
 
 def train_main(argv: list[str]) -> int:

@@ -36,6 +36,34 @@ defaultBackoffLimit: 3
 defaultCleanPodPolicy: Running
 defaultImagePullPolicy: IfNotPresent
 defaultCheckpointSize: 10Gi
+keeperPort: 9410
+keeperLabel: kubeddp.io/checkpoint-keeper
+keeperEnv: KUBEDDP_CHECKPOINT_KEEPER
+programInCheckpointDirEnv: KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR
+keeperCommand:
+  - tini
+  - --
+  - kubeddp
+  - keeper
+keeperResources:
+  requests:
+    cpu: 100m
+    memory: 256Mi
+checkpointDirReserved:
+  - /dev/shm
+  - /etc/kubeddp
+  - /tmp
+  - /opt/venv
+  - /usr
+  - /bin
+  - /sbin
+  - /lib
+  - /lib64
+  - /etc/passwd
+  - /etc/group
+  - /proc
+  - /sys
+  - /dev
 cpuNprocEnv: KUBEDDP_CPU_NPROC
 cascadeExitCodes:
   - 143

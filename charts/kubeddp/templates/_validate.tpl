@@ -58,6 +58,7 @@ backticks, which render turns into its options, and says how to fix it.
 {{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.lostOnRetry` are both set: mount the claim or an emptyDir, not both" $v.checkpoints.existingClaim) }}
 {{- end }}
 {{- include "kubeddp.validateProgram" . }}
+{{- include "kubeddp.validateCheckpoints" . }}
 {{- include "kubeddp.validateVolumes" . }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
