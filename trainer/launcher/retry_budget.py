@@ -83,12 +83,13 @@ class RetryBudget:
         self.enabled = limit > 0 and "://" not in checkpoint_dir  # object storage: no record
         self.record = RetryRecord()
 
-    def _load(self) -> RetryRecord:
+    def _load(self) -> RetryRecord | None:
+        """The record of the previous start; None for the first start (or an unreadable one)."""
         try:
             data = json.loads(self.path.read_text())
             return RetryRecord(**{k: data[k] for k in asdict(RetryRecord()) if k in data})
         except (OSError, ValueError, TypeError):
-            return RetryRecord()
+            return None
 
     def _save(self) -> None:
         try:
@@ -106,12 +107,16 @@ class RetryBudget:
             return None
         previous = self._load()
         progress = progress_marker(self.checkpoint_dir)
-        self.record = previous
-        if progress > previous.progress_ns or not counts_as_restart(previous.last_exit):
+        if (
+            previous is None
+            or progress > previous.progress_ns
+            or not counts_as_restart(previous.last_exit)
+        ):
             self.record = RetryRecord(progress_ns=progress)
         else:
+            self.record = previous
             self.record.restarts += 1
-        if self.record.restarts > self.limit:
+        if previous is not None and self.record.restarts > self.limit:
             last = previous.last_reason or (
                 "the pod was killed (node lost, or the container was OOM-killed)"
                 if previous.last_exit is None
