@@ -634,6 +634,38 @@ class EmulatedCluster:
             raise EmulationError(f"volume {key_prefix!r}: found {sorted(self.volumes)}")
         return matches[0]
 
+    def pod_objects(self) -> list[dict[str, Any]]:
+        """The job's pods as the API would list them: phase, restartCount, and the container's
+        current or last end with its termination message (what `kubeddp status` reads)."""
+        found = []
+        for name, run in self.pods.items():
+            terminated = {}
+            if run.exit_code is not None:
+                terminated = {"exitCode": run.exit_code, "message": run.message}
+            state = {"terminated": terminated} if terminated else {"running": {}}
+            phase = "Running" if not terminated else (
+                "Succeeded" if run.exit_code == 0 else "Failed"
+            )  # fmt: skip
+            container = {"name": run.plan.container.get("name"), "restartCount": run.restarts}
+            found.append({
+                "metadata": {"name": name, "labels": dict(run.plan.labels)},
+                "spec": {"nodeName": f"emulated-{run.ns}"},
+                "status": {"phase": phase, "containerStatuses": [{**container, "state": state}]},
+            })  # fmt: skip
+        return found
+
+    def job_conditions(self) -> list[dict[str, str]]:
+        """The job's status.conditions: Succeeded/Complete or Failed with the reason."""
+        if self.status.phase == "Running":
+            return [{"type": "Running", "status": "True", "reason": "Running", "message": ""}]
+        kind = self.plan.kind if self.plan else ""
+        done = "Succeeded" if kind == "PyTorchJob" else "Complete"
+        kind_type = done if self.status.phase == "Succeeded" else "Failed"
+        return [
+            {"type": kind_type, "status": "True", "reason": kind_type,
+             "message": self.status.reason}
+        ]  # fmt: skip
+
     # ------------------------------------------------------------ cleanup
     def close(self) -> None:
         for run in self.pods.values():
