@@ -296,6 +296,11 @@ class RetriesConfig:
         minimum=0,
         maximum=MAX_COUNT,
     )
+    rejoin: bool = setting(
+        True,
+        "when a peer in another pod is lost, this pod stays up and rejoins the rendezvous "
+        "(only the lost pod is recreated); false: it exits 201/143 and is recreated too",
+    )
 
 
 @dataclass

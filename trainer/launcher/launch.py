@@ -326,7 +326,7 @@ def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudg
     grace = cfg.checkpoint.preempt_grace_seconds
     try:
         outcome = run_agent(plan, worker_env, grace)
-        while outcome.rejoin and _rejoins(plan):
+        while outcome.rejoin and cfg.retries.rejoin and _rejoins(plan):
             budget.ended(outcome.code, outcome.reason)
             refusal = budget.start()
             if refusal:
