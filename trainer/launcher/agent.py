@@ -150,8 +150,14 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
     return run_agent(plan, worker_env, preempt_grace).code
 
 
-def run_agent(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> Outcome:
-    """Run torchrun's elastic agent in this process (no extra exec, signals reach it).
+def run_agent(
+    plan: RendezvousPlan,
+    worker_env: dict[str, str],
+    preempt_grace: float,
+    rdzv_round: tuple[str, int] | None = None,
+) -> Outcome:
+    """Run torchrun's elastic agent in this process (no extra exec, signals reach it);
+    `rdzv_round` is the rendezvous id and store port of a static round (rejoin.py).
 
     `worker_env` is added to this process's environment, which the agent passes on to every
     worker it starts.
@@ -174,6 +180,8 @@ def run_agent(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: f
     os.environ.update(shutdown_timeout_env(preempt_grace))
     os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
     args = torchrun_args(plan)
+    if rdzv_round is not None:
+        args.rdzv_id, args.master_port = rdzv_round
     # torchrun's log dir (error files) under our scratch dir, not a torchelastic_* in /tmp
     # that nobody removes; a killed launch's is swept by the next.
     own_log_dir = None if args.log_dir else scratch.owned_dir(constants.RUN_DIR_PREFIX)

@@ -32,6 +32,7 @@ from kubeddp.trainer.launcher.program_options import (
     program_from_options,
     torchrun_worker_args,
 )
+from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
 from kubeddp.trainer.launcher.rendezvous import (
     NodeFlags,
     RendezvousError,
@@ -324,8 +325,18 @@ def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudg
 
     worker_env = resolved_config_env(cfg)
     grace = cfg.checkpoint.preempt_grace_seconds
+    rounds = (
+        RendezvousRounds(plan, deadline)
+        if cfg.retries.rejoin and RendezvousRounds.applies(plan)
+        else None
+    )
+
+    def agent() -> Outcome:
+        rdzv_round = rounds.next_round(_log) if rounds is not None else None
+        return run_agent(plan, worker_env, grace, rdzv_round)
+
     try:
-        outcome = run_agent(plan, worker_env, grace)
+        outcome = agent()
         while outcome.rejoin and cfg.retries.rejoin and _rejoins(plan):
             budget.ended(outcome.code, outcome.reason)
             refusal = budget.start()
@@ -336,8 +347,8 @@ def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudg
                 f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
             )
             wait_for_rendezvous_host(plan, deadline, _log)
-            outcome = run_agent(plan, worker_env, grace)
-    except RendezvousHostUnreachable as exc:
+            outcome = agent()
+    except (RendezvousHostUnreachable, RoundTimeout) as exc:
         return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))
     except SignalException as exc:  # torch's handlers stay installed between two runs
         code = 128 + int(exc.sigval)
