@@ -312,7 +312,12 @@ VALUES: tuple[Value, ...] = (
         None,
         f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
         f"{names.FIRST_RETRYABLE_EXIT_CODE} ({exit_codes.PREEMPTED} = preempted after "
-        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. "
+        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. PyTorchJob "
+        "ExitCode: training-operator v1.9 recreates the pod for every such code without end "
+        "(backoffLimit does not count them; launch's retries.without_progress does). "
+        "IndexedJob ExitCode: a podFailurePolicy (preemptions and a lost peer's codes not "
+        "counted). OnFailure: the kubelet restarts the container in place, each restart "
+        "counted against backoffLimit summed over all pods. "
         + "; ".join(
             f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"
             for kind in KINDS.values()

@@ -145,7 +145,9 @@ def launch_parser() -> argparse.ArgumentParser:
         "--max-restarts",
         type=number(int, 0, high=MAX_RESTARTS),
         default=None,
-        help="torchrun worker-group restarts before failing",
+        help="torchrun's restarts of this pod's worker group before the pod fails (in the "
+        "pod; the operator's retries of the pod come after, and launch's own budget "
+        "retries.without_progress bounds those)",
     )
     p.add_argument(
         "--rdzv-wait",
