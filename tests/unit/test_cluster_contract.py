@@ -86,9 +86,8 @@ def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
     assert [p["query"] for p in api.calls("POST")] == [{}, {}, {}]
 
 
-@pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
 def test_validation_reads_the_crd_from_the_cluster(api, capsys):
-    text = (CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml").read_text()
+    text = reference.read_text(CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml")
     crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     api.route("GET", CRD_PATH + "pytorchjobs.kubeflow.org", 200, crd)
     code, out, err = run(["render", "pytorchjob", "--validate-against", "cluster"], capsys)
