@@ -28,6 +28,7 @@ CRD_FILES = {
     "TrainJob": ("trainer.kubeflow.org_trainjobs.v2.3.0.yaml", "v1alpha1"),
 }
 
+
 def forbid_unknown_fields(node):
     if isinstance(node, dict):
         node = {key: forbid_unknown_fields(value) for key, value in node.items()}
