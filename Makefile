@@ -60,9 +60,11 @@ bench-gpu: setup
 	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
 # Generated from the Python definitions: the chart's values.yaml, values.schema.json,
-# templates/_constants.tpl and README values table, and docs/config-reference.md.
+# templates/_constants.tpl and README values table, docs/config-reference.md, and the
+# validation schemas in tools/schemas.
 chart: setup
 	$(BIN)/python -m kubeddp.tools.gen_chart
+	$(BIN)/python -m kubeddp.tools.gen_schemas
 
 # k8s/ is rendered from the chart.
 k8s: chart

@@ -16,13 +16,8 @@ EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
 # The `cli` extra: what render, validate, submit and the cluster commands import.
 CLI_EXTRA_MODULES = (
-    "helm_python",
     "jsonschema",
     "kubernetes",
-    "kubernetes_validate",
-    "kubeflow",
-    "kubeflow_trainer_api",
-    "pydantic",
 )
 INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
 CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
@@ -64,8 +59,12 @@ def _dispatch(argv: list[str]) -> int:
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
         return EXIT_BAD_INPUT
+    from kubeddp.tools.helm_engine import HelmUnavailable
+
     try:
         return args.handler(args)
+    except HelmUnavailable as exc:  # render needs Helm: the binary or the `helm` extra
+        return _fail(argv[0], str(exc))
     except ModuleNotFoundError as exc:  # a plain `pip install kubeddp` has no `cli` extra
         if (exc.name or "").split(".")[0] not in CLI_EXTRA_MODULES:
             raise
