@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer import __version__, exit_codes, yaml_io
 from kubeddp.trainer.arguments import OneLineErrorParser, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="kubeddp", description="PyTorch DDP training on a laptop, in Docker, on Kubernetes."
     )
+    parser.add_argument("--version", action="version", version=f"kubeddp {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
     sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
     sub.add_parser("train", help="local DDP run (torchrun standalone)")
