@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-MODULE_FLAGS = ("-m", "--module")
+# torchrun's -m starts the program; kubeddp's own --module NAME stays an option among others.
+MODULE_FLAGS = ("-m",)
 RDZV_BACKENDS = ("c10d", "static")  # what kubeddp starts: static with --master-addr, else c10d
 
 
@@ -46,8 +47,6 @@ def split_program(
             return None
         if token in MODULE_FLAGS and index + 1 < len(argv):
             return argv[:index], ["--module", argv[index + 1]], argv[index + 2 :]
-        if token.startswith("--module="):
-            return argv[:index], ["--module", token.split("=", 1)[1]], argv[index + 1 :]
         if token.startswith("-") and token != "-":
             action = _action(parser, token)
             takes_value = action is not None and action.nargs != 0
