@@ -10,7 +10,7 @@ import os
 import sys
 
 from kubeddp.trainer import __version__, exit_codes, yaml_io
-from kubeddp.trainer.arguments import OneLineErrorParser, number
+from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
@@ -153,10 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
     sub.choices["logs"].add_argument("--tail", type=number(int, 0), help="last N lines per pod")
     sub.choices["wait"].add_argument(
-        "--timeout", type=number(float, 0), default=3600.0, help="seconds"
+        "--timeout", type=duration(0), default=3600.0, help="seconds, or 90s, 10m, 1h"
     )
     sub.choices["wait"].add_argument(
-        "--interval", type=number(float, 0, above=True), default=5.0, help="poll seconds"
+        "--interval", type=duration(0, above=True), default=5.0, help="poll seconds, or 30s, 1m"
     )
     sub.choices["delete"].add_argument(
         "--delete-pvc", action="store_true", help="also delete <name>-checkpoints (rendered PVC)"
