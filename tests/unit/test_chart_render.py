@@ -378,17 +378,17 @@ NOTES_COMMANDS = {
     "PyTorchJob": [
         "kubectl -n ml get pytorchjob demo-kubeddp",
         "logs -f demo-kubeddp-worker-0",
-        "port-forward pod/demo-kubeddp-worker-0 9400:9400",
+        "port-forward pod/demo-kubeddp-worker-0 8479:8479",
     ],
     "TrainJob": [
         "kubectl -n ml get trainjob demo-kubeddp",
         "-l jobset.sigs.k8s.io/jobset-name=demo-kubeddp",
-        "9400:9400",
+        "8479:8479",
     ],
     "IndexedJob": [
         "kubectl -n ml get job demo-kubeddp",
         "-l batch.kubernetes.io/job-name=demo-kubeddp",
-        "9400:9400",
+        "8479:8479",
     ],
 }
 
