@@ -109,7 +109,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     TRITON_CACHE_DIR=/tmp/triton \
     MPLCONFIGDIR=/tmp/matplotlib
 WORKDIR /tmp
-EXPOSE 9400
+EXPOSE 8479
 USER 1000:1000
 ENTRYPOINT ["tini", "--", "kubeddp", "launch"]
 # No arguments: the built-in workload with its default config.
