@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(os.environ.get("KUBEDDP_TEST_CACHE", "/var/cache/kubeddp-test"))
 BASE_IMAGE = "kubeddp-base:bookworm"
+LOCK = REPO / "requirements" / "image.lock"  # the image's hash-locked Python packages
 IMAGE = "kubeddp:e2e-cpu"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3,python3-venv,tini,ca-certificates"
@@ -189,25 +190,16 @@ def ensure_wheels() -> None:
         )
     wheel_dir().mkdir(parents=True, exist_ok=True)
     # pip download resolves against PyPI every time (tens of seconds): skip it while the
-    # declared dependencies are the ones the cached wheels were downloaded for.
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + TORCH_VERSION.encode())
+    # locked packages are the ones the cached wheels were downloaded for.
+    digest = hashlib.sha256(LOCK.read_bytes() + TORCH_VERSION.encode())
     stamp = wheel_dir() / ".pyproject-sha256"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
-    sh(
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--dest",
-        wheel_dir(),
-        "--only-binary=:all:",
-        REPO,
-        "setuptools>=68",
-        f"torch=={TORCH_VERSION}",
-        timeout=1200,
-    )
+    # What the Dockerfile installs: the hash-locked packages, and torch (the CPU wheel).
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", wheel_dir()]
+    download += ["--only-binary=:all:", "--no-deps"]
+    sh(*download, "--require-hashes", "-r", LOCK, timeout=1200)
+    sh(*download, f"torch=={TORCH_VERSION}", timeout=1200)
     if not list(wheel_dir().glob(f"torch-{TORCH_VERSION}*.whl")):
         raise DockerSetupError(f"no torch {TORCH_VERSION} wheel in {wheel_dir()}")
     stamp.write_text(digest.hexdigest())
