@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_options(submit, with_namespace=False)
     submit.set_defaults(handler=cmd_submit)
 
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler=cmd_completion)
+
     for name, help_text in (
         ("status", "conditions, replica counts, pod restarts"),
         ("logs", "logs of the job's pods"),
@@ -149,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--kind", choices=list(KINDS), default=next(iter(KINDS)))
         _add_cluster_options(cmd, with_namespace=True)
         cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
+    sub.choices["status"].add_argument(
+        "-o", "--output", choices=("text", "json", "yaml"), default="text"
+    )
     sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
     sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
     sub.choices["logs"].add_argument("--tail", type=number(int, 0), help="last N lines per pod")
@@ -261,6 +268,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from kubeddp.tools.completion import script
+
+    sys.stdout.write(script(args.shell))
+    return 0
+
+
 def _read_stdin() -> str:
     stream = getattr(sys.stdin, "buffer", None)  # bytes when stdin is a file or a pipe
     if stream is None:
@@ -361,7 +375,7 @@ def _cluster_command(args: argparse.Namespace, command: str) -> int:
     try:
         cluster = _connect(args)
         if command == "status":
-            jobs.status(cluster, args.kind, args.name, sys.stdout)
+            jobs.status(cluster, args.kind, args.name, sys.stdout, args.output)
         elif command == "logs":
             jobs.logs(
                 cluster, args.kind, args.name, args.replica, args.follow, args.tail, sys.stdout

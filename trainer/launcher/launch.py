@@ -291,9 +291,8 @@ def launch_main(argv: list[str]) -> int:
     return code
 
 
-def train_main(argv: list[str]) -> int:
-    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine; torchrun's
-    own command line works too (`kubeddp train --nproc_per_node=2 train.py --epochs 3`)."""
+def train_parser() -> argparse.ArgumentParser:
+    """`kubeddp train`'s options (torchrun's flags among them)."""
     p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
@@ -324,6 +323,13 @@ def train_main(argv: list[str]) -> int:
     add_program_options(p)
     add_node_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
+    return p
+
+
+def train_main(argv: list[str]) -> int:
+    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine; torchrun's
+    own command line works too (`kubeddp train --nproc_per_node=2 train.py --epochs 3`)."""
+    p = train_parser()
     positional = torchrun_cli.split_program(p, argv)
     if positional is None:
         own, after_dash = _split_worker_args(argv)
