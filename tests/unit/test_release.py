@@ -81,3 +81,10 @@ def test_helm_package_makes_the_release_chart(tmp_path: Path) -> None:
         names = chart.getnames()
     assert (meta["version"], meta["appVersion"]) == (__version__, __version__)
     assert not any(name.startswith("kubeddp/ci/") for name in names)  # .helmignore
+
+
+def test_readme_pulls_this_version() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert f"docker pull ghcr.io/kubeddp/kubeddp:{__version__} " in readme
+    assert f"docker pull ghcr.io/kubeddp/kubeddp:{__version__}-cpu " in readme
+    assert f"oci://ghcr.io/kubeddp/charts/kubeddp --version {__version__} " in readme
