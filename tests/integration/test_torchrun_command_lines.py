@@ -17,9 +17,9 @@ from tests.helpers import procs
 SCRIPT = Path(__file__).with_name("tutorial_torchrun_train.py")
 MODULE = "tests.integration.tutorial_torchrun_train"
 LINE = re.compile(r"tutorial rank (\d)/(\d) local (\d) steps (\d+) same (True|False)")
-RUN_SECONDS = 240
+RUN_SECONDS = 420  # generous: a shared 2-core CI machine runs this under heavy load
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def free_port() -> int:
