@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kubeddp.tools import kubeconfig as _kubeconfig
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
-from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer import exit_codes
 
 INSTALL_HINTS = {  # by API group: what to install when its API is missing
     **{kind.resource.group: kind.install_hint for kind in KINDS.values() if kind.install_hint},
@@ -88,22 +89,17 @@ def object_path(resource: Resource, namespace: str, name: str | None = None) -> 
     return path if name is None else f"{path}/{checked_name(name, resource.kind.lower())}"
 
 
-def _load_kubeconfig(path: str, context: str | None, configuration: Any) -> str | None:
-    """Read the kubeconfig through kubeddp's bounded YAML reader, set up `configuration`;
-    the namespace of the chosen context."""
+def _load_kubeconfig(
+    path: str, context: str | None, configuration: Any, merged_from: list[str] | None = None
+) -> str | None:
+    """Read the kubeconfig through kubeddp's bounded YAML reader (several $KUBECONFIG files
+    merged as kubectl does), set up `configuration`; the namespace of the chosen context."""
     from kubernetes.config.kube_config import ConfigException, KubeConfigLoader
 
     try:
-        data = yaml_io.load_file(path, f"kubeconfig {path}")
-    except OSError as exc:
-        raise KubeError(f"cannot read kubeconfig {path} ({exc.strerror or exc})") from None
-    except yaml_io.YamlInputError as exc:
-        raise KubeError(f"{exc}; fix it or pass --kubeconfig") from None
-    if not isinstance(data, dict):
-        raise KubeError(
-            f"kubeconfig {path} is not a kubeconfig (a YAML mapping with clusters, users and "
-            "contexts); fix it or pass --kubeconfig"
-        )
+        data = _kubeconfig.merge(merged_from) if merged_from else _kubeconfig.read(path)
+    except _kubeconfig.KubeconfigError as exc:
+        raise KubeError(str(exc)) from None
     try:
         loader = KubeConfigLoader(
             config_dict=data,
@@ -151,17 +147,20 @@ class Cluster:
         self.timeout = (min(CONNECT_TIMEOUT, seconds), seconds)
         if namespace is not None:
             checked_namespace(namespace)
+        listed = [] if kubeconfig else _kubeconfig.paths_from_env(os.environ.get("KUBECONFIG", ""))
+        existing = [p for p in listed if Path(p).is_file()]
         path = (
             kubeconfig
-            or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-            or str(Path.home() / ".kube" / "config")
+            or (existing[0] if existing else None)
+            or (os.pathsep.join(listed) if listed else str(Path.home() / ".kube" / "config"))
         )
         context_namespace = None
         configuration = client.Configuration()
         # Retry a failed connection once; never a request that was sent (a read timeout).
         configuration.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0, other=0)
         if Path(path).is_file():
-            context_namespace = _load_kubeconfig(path, context, configuration)
+            merged = existing if len(existing) > 1 else None
+            context_namespace = _load_kubeconfig(path, context, configuration, merged)
         elif kubeconfig or context:
             raise KubeError(f"no kubeconfig at {path}; pass --kubeconfig PATH or set KUBECONFIG")
         else:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kubeddp.tools import patterns
+from kubeddp.tools import helm_engine, patterns
 from kubeddp.tools.chart_values import option_for
 from kubeddp.tools.render_options import Provenance
 from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
@@ -43,13 +43,6 @@ def chart_dir() -> Path:
     return _files.enter_context(
         importlib.resources.as_file(importlib.resources.files(CHART_PACKAGE))
     )
-
-
-@functools.cache
-def _chart() -> Any:
-    import helm_python as helm
-
-    return helm.Chart.load(chart_dir())
 
 
 @functools.cache
@@ -85,7 +78,7 @@ def check_values(values: dict[str, Any], provenance: Provenance) -> None:
     """The chart's schema, as Helm would apply it, on the chart's defaults plus `values`."""
     import jsonschema
 
-    merged = _chart().merge_values(values)
+    merged = helm_engine.merge_values(helm_engine.chart_defaults(chart_dir()), values)
     error = jsonschema.exceptions.best_match(_schema_validator().iter_errors(merged))
     if error is not None:
         path = ".".join(str(part) for part in error.absolute_path)
@@ -119,18 +112,16 @@ def render_documents(
 ) -> list[dict]:
     """The job's objects in apply order; RenderError for bad values. `notes` gets the NOTES
     line that says which storage the job uses and what the cluster must offer."""
-    import helm_python as helm
-
     provenance = provenance or {}
     check_values(values, provenance)
     try:
-        rendered = _chart().render(
+        rendered = helm_engine.render(
+            chart_dir(),
             values,
             name=values["fullnameOverride"],
             namespace=values.get("namespaceOverride") or None,
-            is_install=True,
         )
-    except helm.HelmError as exc:
+    except helm_engine.HelmFailed as exc:
         raise _helm_error(exc, provenance) from None
     if notes is not None:
         for path, text in rendered.items():

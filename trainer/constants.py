@@ -12,7 +12,10 @@ PYTORCHJOB_PORT = 23456  # Training Operator v1 default for the port named `pyto
 TRAINJOB_PORT = 29500  # Kubeflow Trainer v2 constants.ContainerTrainerPort
 INDEXEDJOB_PORT = 29500
 TORCHRUN_PORT = 29500  # torchrun's --master-port default; `kubeddp train --master-addr` uses it
-METRICS_PORT = 9400
+# Not 9400: dcgm-exporter listens there on GPU nodes (host network on bare metal and in some
+# GPU Operator setups), and 9100-9999 is all allocated to Prometheus exporters. 8479 is outside
+# that range, ML servers (6006, 8000, 8080, 8265, 8888), torchrun (29400, 29500) and ephemerals.
+METRICS_PORT = 8479
 
 # Paths inside the image (writable with a read-only root filesystem: volumes/emptyDirs)
 CHECKPOINT_DIR = "/checkpoints"

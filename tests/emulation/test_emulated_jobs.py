@@ -117,7 +117,7 @@ def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
 def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:
     """The pod's /metrics as {name: value} (unlabelled samples), fetched inside the pod network."""
     run = cluster.pods[pod]
-    url = f"http://{run.ip}:9400/metrics"
+    url = f"http://{run.ip}:8479/metrics"
     code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=2).read().decode())"  # noqa: E501
     done = subprocess.run(
         ["ip", "netns", "exec", cluster.bridge_ns, sys.executable, "-c", code],
@@ -156,7 +156,7 @@ def test_pytorchjob_with_a_master_gets_init_pytorch(cluster_factory) -> None:
     metrics = cluster.run_until(
         lambda: (m := scrape(cluster, "pt-master-0")).get("kubeddp_step", 0) > 0 and m,
         JOB_SECONDS,
-        "kubeddp_step > 0 on pt-master-0:9400/metrics",
+        "kubeddp_step > 0 on pt-master-0:8479/metrics",
     )
     assert isinstance(metrics, dict)
     assert metrics.get("kubeddp_world_size") == 2, metrics

@@ -6,6 +6,7 @@ kind CI job does that)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -116,9 +117,8 @@ def test_status_shows_each_pods_termination_message(api, capsys):
     assert "    last ended exit 137: OOMKilled" in out, out
 
 
-@pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
 def test_validation_reads_the_crd_from_the_cluster(api, capsys):
-    text = (CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml").read_text()
+    text = reference.read_text(CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml")
     crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     api.route("GET", CRD_PATH + "pytorchjobs.kubeflow.org", 200, crd)
     code, out, err = run(["render", "pytorchjob", "--validate-against", "cluster"], capsys)
@@ -272,6 +272,22 @@ def test_status_prints_conditions_replicas_and_restarts(api, capsys):
     assert "demo-worker-0: Running, restarts=2, node=n2" in out
     pod_query = api.calls("GET")[-1]["query"]
     assert pod_query == {"labelSelector": "training.kubeflow.org/job-name=demo"}
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_status_as_json_or_yaml(api, capsys, output):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    api.route("GET", PODS, 200, PODS_LIST)
+    code, out, err = run(["status", "demo", "-o", output], capsys)
+    assert code == 0, err
+    report = json.loads(out) if output == "json" else yaml.safe_load(out)
+    assert (report["kind"], report["namespace"], report["name"]) == ("PyTorchJob", NS, "demo")
+    assert report["state"] == "Running"
+    assert {"type": "Running", "status": "True"}.items() <= report["conditions"][-1].items()
+    assert "Worker: active=1, failed=0" in report["replicas"]
+    assert report["pods"][1] == {
+        "name": "demo-worker-0", "phase": "Running", "restarts": 2, "node": "n2", "ends": [],
+    }  # fmt: skip
 
 
 def test_status_of_a_missing_job(api, capsys):

@@ -23,7 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync
+from kubeddp.trainer.launcher import checkpoint_sync, torchrun_cli
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
@@ -42,6 +42,7 @@ from kubeddp.trainer.launcher.rendezvous import (
 )
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
+from kubeddp.trainer.launcher.torchrun_cli import spellings
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
@@ -90,18 +91,24 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         "several hosts without Kubernetes (as torchrun; these win over the environment)"
     )
     group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job")
-    group.add_argument("--node-rank", type=int, metavar="R", help="this node's rank, 0..N-1")
-    group.add_argument("--master-addr", metavar="HOST", help="the host of node rank 0")
     group.add_argument(
-        "--master-port",
+        *spellings("--node-rank"), type=int, metavar="R", help="this node's rank, 0..N-1"
+    )
+    group.add_argument(*spellings("--master-addr"), metavar="HOST", help="the host of node rank 0")
+    group.add_argument(
+        *spellings("--master-port"),
         type=int,
         metavar="PORT",
         help=f"its rendezvous port (default {constants.TORCHRUN_PORT})",
     )
     group.add_argument(
-        "--rdzv-endpoint", metavar="HOST:PORT", help="elastic: the c10d rendezvous store"
+        *spellings("--rdzv-endpoint"),
+        metavar="HOST:PORT",
+        help="elastic: the c10d rendezvous store",
     )
-    group.add_argument("--rdzv-id", metavar="ID", help="elastic: the job's id (default kubeddp)")
+    group.add_argument(
+        *spellings("--rdzv-id"), metavar="ID", help="elastic: the job's id (default kubeddp)"
+    )
 
 
 def node_flags(args: argparse.Namespace) -> NodeFlags:
@@ -387,21 +394,55 @@ def program_workdir(program: Program | None, cfg: Config, env: Mapping[str, str]
     _log(f"[kubeddp] program runs in {cfg.checkpoint.dir} (relative paths land there)")
 
 
-def train_main(argv: list[str]) -> int:
-    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine."""
-    own, after_dash = _split_worker_args(argv)
+def train_parser() -> argparse.ArgumentParser:
+    """`kubeddp train`'s options (torchrun's flags among them)."""
     p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
-        "--script/--module your own program runs and everything after -- goes to it",
+        "--script/--module your own program runs and everything after -- goes to it. "
+        "torchrun's form works as well: kubeddp train [torchrun flags] train.py ARGS "
+        "(or -m MODULE ARGS)",
     )
-    p.add_argument("--nproc", default=None, help="worker processes (default: GPUs, else 1)")
-    p.add_argument("--max-restarts", type=number(int, 0, high=MAX_RESTARTS), default=None)
+    p.add_argument(
+        *("--nproc", *spellings("--nproc-per-node")),
+        dest="nproc",
+        default=None,
+        help="worker processes: N, auto, gpu or cpu (default: GPUs, else 1)",
+    )
+    p.add_argument(
+        *spellings("--max-restarts"), type=number(int, 0, high=MAX_RESTARTS), default=None
+    )
+    p.add_argument(
+        "--standalone", action="store_true", help="one node, local rendezvous (the default)"
+    )
+    p.add_argument(
+        *spellings("--rdzv-backend"),
+        choices=torchrun_cli.RDZV_BACKENDS,
+        default=None,
+        help="static with --master-addr, c10d with --rdzv-endpoint (chosen from those)",
+    )
     p.add_argument("--dry-run", action="store_true")
     add_config_options(p)
     add_program_options(p)
     add_node_options(p)
+    p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
+    return p
+
+
+def train_main(argv: list[str]) -> int:
+    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine; torchrun's
+    own command line works too (`kubeddp train --nproc_per_node=2 train.py --epochs 3`)."""
+    p = train_parser()
+    positional = torchrun_cli.split_program(p, argv)
+    if positional is None:
+        own, after_dash = _split_worker_args(argv)
+    else:
+        own, program, after_dash = positional
+        own = [*own, *program]
     args = p.parse_args(own)
+    for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
+        if problem:
+            p.error(problem)
     launch_args = []
     if args.nproc:
         launch_args += ["--nproc-per-node", str(args.nproc)]
