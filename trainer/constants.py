@@ -52,3 +52,5 @@ METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
+# "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
+ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"

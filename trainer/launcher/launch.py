@@ -30,6 +30,8 @@ from kubeddp.trainer.launcher.program_options import (
     add_program_options,
     check_overrides,
     program_from_options,
+    program_spawns_workers,
+    spawn_refusal,
     torchrun_worker_args,
 )
 from kubeddp.trainer.launcher.rendezvous import NodeFlags, RendezvousError, plan_from_env
@@ -209,6 +211,10 @@ def launch_main(argv: list[str]) -> int:
         return exit_codes.BAD_INPUT
     try:
         options, program, worker_args = _worker_command(args, after_dash)
+        spawns = program is not None and program_spawns_workers(program, args.spawns_workers)
+        if spawns and args.nproc_per_node not in (None, "1"):
+            _log(f"[kubeddp] note: --nproc-per-node {args.nproc_per_node} ignored: the program "
+                 "starts its own workers; give their count to the program")  # fmt: skip
         gpus = (
             _gpu_count
             if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
@@ -217,12 +223,15 @@ def launch_main(argv: list[str]) -> int:
         plan = plan_from_env(
             env,
             worker_args,
-            nproc_flag=args.nproc_per_node,
+            nproc_flag="1" if spawns else args.nproc_per_node,
             max_restarts=args.max_restarts,
             gpu_count=gpus,
             worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
             node_flags=node_flags(args),
         )
+        refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
+        if refusal:
+            raise ProgramError(refusal)
     except (ConfigError, RendezvousError, ProgramError) as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
@@ -254,6 +263,8 @@ def launch_main(argv: list[str]) -> int:
     )
     if program is not None:
         _log(f"[kubeddp] program: {program.command_line()}")
+    if spawns:
+        _log("[kubeddp] the program starts its own workers (mp.spawn/mp.Process): it runs once")
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
         if program is not None:
             from kubeddp.trainer.worker.program import run_program
@@ -276,7 +287,10 @@ def launch_main(argv: list[str]) -> int:
         return exit_codes.BAD_INPUT
     code = exit_codes.TRAINING_FAILED
     try:
-        code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
+        worker_env = resolved_config_env(cfg)
+        if spawns:
+            worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
+        code = run_torchrun(plan, worker_env, cfg.checkpoint.preempt_grace_seconds)
     finally:
         if metrics is not None:
             metrics.finish(code, _log)
@@ -311,4 +325,6 @@ def train_main(argv: list[str]) -> int:
         launch_args += ["--script", args.script]
     if args.module is not None:
         launch_args += ["--module", args.module]
+    if args.spawns_workers is not None:
+        launch_args.append("--spawns-workers" if args.spawns_workers else "--no-spawns-workers")
     return launch_main([*launch_args, "--", *after_dash])

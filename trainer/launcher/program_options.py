@@ -39,6 +39,13 @@ def add_program_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run this module on every worker, as `python -m NAME ARGS` under torchrun",
     )
+    group.add_argument(
+        "--spawns-workers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the program starts its own workers (mp.spawn, mp.Process): run it once, on one "
+        "node (default: detected in the script)",
+    )
 
 
 def applies_to_program(key: str) -> bool:
@@ -106,6 +113,29 @@ def program_from_options(
         _check_module(module)
         return Program("module", module, tuple(program_args))
     return None
+
+
+def program_spawns_workers(program: Program, flag: bool | None) -> bool:
+    """Whether the program starts its own workers: the flag, else what the script shows."""
+    if flag is not None:
+        return flag
+    if program.mode != "script":
+        return False  # a module is not read: --spawns-workers says so
+    from kubeddp.trainer.launcher.script_check import spawns_workers
+
+    return spawns_workers(program.target)
+
+
+def spawn_refusal(program: Program, nnodes: str) -> str | None:
+    """Why a program that spawns its own workers cannot run on these nodes (None: it can)."""
+    if nnodes.rsplit(":", 1)[-1].strip() == "1":
+        return None
+    return (
+        f"{program.shown} starts its own workers (mp.spawn/mp.Process), so every one of the "
+        f"{nnodes} nodes would train its own copy; convert it to torchrun style (read "
+        "LOCAL_RANK, init_process_group() without rank/world_size, no mp.spawn: "
+        "docs/your-own-script.md) or run it on one node"
+    )
 
 
 def torchrun_worker_args(program: Program) -> list[str]:

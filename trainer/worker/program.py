@@ -26,6 +26,13 @@ from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
 MODES = ("script", "module")
+# torchrun's description of one worker: a program that spawns its own workers gets the
+# environment `python` would give it, or its children would all read rank 0 of a world of 1.
+TORCHRUN_WORKER_VARS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,9 @@ def _execute(program: Program) -> None:
 def run_program(program: Program) -> int:
     """Run the program in this process; its exit code (0; any other code ends the process)."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
+    if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
+        for name in TORCHRUN_WORKER_VARS:
+            os.environ.pop(name, None)
     stop_signal.install(_preempt_grace_seconds())
     try:
         _execute(program)
