@@ -32,6 +32,10 @@ DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 def main(argv: list[str] | None = None) -> int:
     """Every command ends with a code of trainer/exit_codes.py: Ctrl-C is INTERRUPTED, and
     anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
+    if argv is None:  # the `kubeddp` command itself: launch's last moments ignore SIGTERM
+        from kubeddp.trainer.launcher import end_signals
+
+        end_signals.PROCESS_ENDS_WITH_LAUNCH = True
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
     try:

@@ -23,6 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
+from kubeddp.trainer.launcher import end_signals
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, run_torchrun
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
@@ -202,6 +203,20 @@ def _worker_command(
 
 
 def launch_main(argv: list[str]) -> int:
+    """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    previous = end_signals.install()
+    try:
+        return _launch(argv)
+    except Exception as exc:
+        code = end_signals.exit_code_of(exc)
+        if code is None:
+            raise
+        return code
+    finally:
+        end_signals.restore(previous)  # launch may run inside a test; at exit: ignored
+
+
+def _launch(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
     env = os.environ
@@ -287,10 +302,17 @@ def launch_main(argv: list[str]) -> int:
         return exit_codes.BAD_INPUT
     code = exit_codes.TRAINING_FAILED
     try:
+        if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
+            raise end_signals.Terminated(end_signals.RECEIVED[0])
         worker_env = resolved_config_env(cfg)
         if spawns:
             worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
         code = run_torchrun(plan, worker_env, cfg.checkpoint.preempt_grace_seconds)
+    except Exception as exc:  # a signal just after the agent returned (its handler stays)
+        signalled = end_signals.exit_code_of(exc)
+        if signalled is None:
+            raise
+        code = signalled
     finally:
         if metrics is not None:
             metrics.finish(code, _log)

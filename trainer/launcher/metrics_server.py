@@ -19,7 +19,7 @@ from typing import Any
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import MetricsConfig
-from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher import end_signals, scratch
 from kubeddp.trainer.launcher.pushgateway import (
     PushgatewayAddressError,
     check_gateway_address,
@@ -81,6 +81,9 @@ class PodMetricsEndpoint:
             # SIGTERM/SIGINT during the linger end it (torchrun's handlers raise an Exception).
             with contextlib.suppress(Exception, KeyboardInterrupt):
                 time.sleep(self.linger_seconds)
+        # From here a signal is ignored: the shutdown below waits for the server's loop (up to
+        # half a second), and a signal raised in it would be an internal error.
+        end_signals.ignore()
         self.close(exit_code, log)
 
     def close(self, exit_code: int, log: Callable[[str], None]) -> None:
