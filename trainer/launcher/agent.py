@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import shutil
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -112,6 +113,26 @@ def exit_code_of_failure(exc: BaseException) -> int:
     return own[0] if own else exit_codes.PEER_FAILED
 
 
+def first_failed(exc: BaseException) -> str:
+    """`; local rank R (pid P) failed first`: the earliest worker that failed on its own (the
+    others were stopped by the agent), for the one line that says why the group ended."""
+    failures = getattr(exc, "failures", {}) or {}
+    ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
+    for rank, failure in ordered:
+        code = worker_exit_code(int(getattr(failure, "exitcode", 1)))
+        if code != exit_codes.OK and code not in STOPPED_BY_AGENT:
+            pid = getattr(failure, "pid", None)
+            return f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + " failed first"
+    return ""
+
+
+def signal_name(sigval: int) -> str:
+    try:
+        return signal.Signals(int(sigval)).name
+    except ValueError:
+        return f"signal {sigval}"
+
+
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
     """Run torchrun's elastic agent in this process (no extra exec, signals reach it).
 
@@ -146,10 +167,14 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
-             f"{exit_codes.describe(code)}; see the worker output above")  # fmt: skip
+             f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
+             "above")  # fmt: skip
         return code
     except SignalException as exc:
-        return 128 + int(exc.sigval)
+        code = 128 + int(exc.sigval)
+        _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
+             f"{exit_codes.describe(code)}")  # fmt: skip
+        return code
     except (RendezvousError, DistError, ConnectionError, TimeoutError) as exc:
         # The agent's own store or rendezvous went away (the c10d host pod died, the network
         # dropped): nothing this pod did wrong.

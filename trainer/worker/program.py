@@ -12,6 +12,7 @@ failure is retryable, the program's own is not) after its traceback.
 
 from __future__ import annotations
 
+import atexit
 import os
 import runpy
 import shlex
@@ -112,7 +113,11 @@ def run_program(program: Program) -> int:
     if code != exit_codes.OK:
         # Not through the interpreter's shutdown: a process group or DDP module still alive
         # there can abort the process (SIGABRT, "terminate called without an active
-        # exception") and replace this code, which the operators act on, with 134.
+        # exception") and replace this code, which the operators act on, with 134. The
+        # program's atexit handlers still run, as under python or torchrun.
+        atexit._run_exitfuncs()
+        stop_signal.flush_reported_steps()
+        sys.stderr.flush()
         os._exit(code)
     return code
 
