@@ -291,6 +291,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     docs, code = _checked_documents(args, "render")
     if code:
         return code
+    if getattr(args, "script", None):  # when the image's script is here too: its pitfalls
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        nodes = args.elastic or args.nodes
+        for line in warnings_for(args.script, nodes, args.program_args or []):
+            print(f"kubeddp render: warning: {line}", file=sys.stderr)
     sys.stdout.write(to_yaml(docs) if args.output == "yaml" else to_json(docs))
     return 0
 

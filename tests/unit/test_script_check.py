@@ -96,3 +96,40 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
         done = run_check(target)
         assert done.returncode == exit_codes.BAD_INPUT
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def kubeddp(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kubeddp", *args],
+        capture_output=True, text=True, timeout=120, cwd=procs.REPO,
+    )  # fmt: skip
+
+
+def test_train_and_render_warn_what_check_finds() -> None:
+    train = kubeddp("train", "--dry-run", "--script", str(SCRIPTS / "no_set_epoch.py"))
+    assert train.returncode == 0, train.stderr
+    warned = [line for line in train.stderr.splitlines() if "warning:" in line]
+    assert [re.search(r"\.py:(\d+): ([a-z-]+):", w).groups() for w in warned] == [
+        ("23", "load-no-map-location"), ("27", "no-set-epoch"),
+    ]  # fmt: skip
+    render = kubeddp(
+        "render", "pytorchjob", "--name", "sp", "--nodes", "2", "--image", "kubeddp:cpu",
+        "--validate-against", "offline", "--script", str(SCRIPTS / "spawn_multigpu.py"),
+    )  # fmt: skip
+    assert render.returncode == 0, render.stderr
+    assert "kubeddp render: warning: " in render.stderr
+    assert "spawn_multigpu.py:127: spawn-several-nodes" in render.stderr
+
+
+def test_dry_run_plans_a_spawning_script_once_and_previews_an_image_path() -> None:
+    spawn = kubeddp(
+        "train", "--dry-run", "--nproc", "2", "--script", str(SCRIPTS / "spawn_multigpu.py")
+    )
+    assert spawn.returncode == 0, spawn.stderr
+    assert '"nproc_per_node": 1' in spawn.stdout
+    assert "--nproc-per-node 2 ignored: the program starts its own workers" in spawn.stderr
+    image = kubeddp("launch", "--dry-run", "--script", "/app/not-here/train.py", "--", "--x")
+    assert image.returncode == 0, image.stderr
+    assert '"world_size": 1' in image.stdout
+    notes = image.stderr.strip().splitlines()
+    assert len(notes) == 1 and "not on this machine" in notes[0], image.stderr

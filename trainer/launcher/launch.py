@@ -193,7 +193,8 @@ def _worker_command(
 ) -> tuple[argparse.Namespace, Program | None, list[str]]:
     """The config options, the user's program (None: the built-in trainer) and the worker
     arguments torchrun passes on."""
-    program = program_from_options(args.script, args.module, after_dash)
+    note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
+    program = program_from_options(args.script, args.module, after_dash, note)
     if program is None:
         options, worker_args = config_options(args, after_dash)
         return options, None, worker_args
@@ -296,7 +297,9 @@ def _launch(argv: list[str]) -> int:
         _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
         return code
     try:
-        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
+        # Several nodes outside Kubernetes may share this host: a busy port is then expected.
+        shared_host = not plan.in_kubernetes and plan.nnodes != "1"
+        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log, shared_host)
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
@@ -334,6 +337,11 @@ def train_main(argv: list[str]) -> int:
     add_program_options(p)
     add_node_options(p)
     args = p.parse_args(own)
+    if args.script is not None:  # what `kubeddp check` would say, as warnings
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        for line in warnings_for(args.script, args.nnodes, after_dash):
+            _log(f"kubeddp train: warning: {line}")
     launch_args = []
     if args.nproc:
         launch_args += ["--nproc-per-node", str(args.nproc)]

@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 
 from kubeddp.trainer.config import ConfigError, parse_override
 from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
@@ -99,18 +100,30 @@ def _check_module(name: str) -> None:
 
 
 def program_from_options(
-    script: str | None, module: str | None, program_args: list[str]
+    script: str | None,
+    module: str | None,
+    program_args: list[str],
+    note: Callable[[str], None] | None = None,
 ) -> Program | None:
-    """The user's program, checked; None when the built-in trainer runs."""
+    """The user's program, checked; None when the built-in trainer runs. With `note` (a dry
+    run, which previews a plan for an image from anywhere) a program that is not on this
+    machine is only noted."""
     if script is not None and module is not None:
         raise ProgramError(
             f"--script {script} and --module {module} are both given; run one program"
         )
+    try:
+        if script is not None:
+            _check_script(script)
+        elif module is not None:
+            _check_module(module)
+    except ProgramError as exc:
+        if note is None:
+            raise
+        note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
     if script is not None:
-        _check_script(script)
         return Program("script", script, tuple(program_args))
     if module is not None:
-        _check_module(module)
         return Program("module", module, tuple(program_args))
     return None
 

@@ -11,6 +11,7 @@ rule fires only on a pattern it recognises, never on code it cannot follow.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -428,3 +429,18 @@ def spawns_workers(path: str) -> bool:
         return spawns_workers_in(read_script(path))
     except (ScriptCheckError, SyntaxError, ValueError):
         return False
+
+
+def warnings_for(path: str, nodes: str | int | None, program_args: list[str]) -> list[str]:
+    """`train`/`render --script`: the findings as warning lines; none when the script is not
+    on this machine (an image path) or cannot be parsed (running it says why)."""
+    try:
+        most = int(str(nodes or 1).rsplit(":", 1)[-1])
+    except ValueError:
+        most = 1
+    if not os.path.isfile(path):
+        return []
+    try:
+        return [f.shown(path) for f in check_file(path, max(most, 1), program_args)]
+    except ScriptCheckError:
+        return []
