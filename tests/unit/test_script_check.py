@@ -133,3 +133,16 @@ def test_dry_run_plans_a_spawning_script_once_and_previews_an_image_path() -> No
     assert '"world_size": 1' in image.stdout
     notes = image.stderr.strip().splitlines()
     assert len(notes) == 1 and "not on this machine" in notes[0], image.stderr
+
+
+def test_render_passes_spawns_workers_and_refuses_it_on_several_nodes() -> None:
+    render = ["render", "pytorchjob", "--name", "sp", "--image", "kubeddp:cpu",
+              "--validate-against", "offline", "--script", "/app/spawn.py"]  # fmt: skip
+    one = kubeddp(*render, "--nodes", "1", "--spawns-workers", "--", "4", "2")
+    assert one.returncode == 0, one.stderr
+    assert "- --spawns-workers\n" in one.stdout
+    several = kubeddp(*render, "--nodes", "2", "--spawns-workers")
+    assert several.returncode == exit_codes.BAD_INPUT
+    assert "each of the 2 nodes would train its own copy" in several.stderr
+    detected = kubeddp(*render, "--nodes", "2")
+    assert detected.returncode == 0 and "spawns-workers" not in detected.stdout
