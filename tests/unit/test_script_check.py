@@ -146,3 +146,9 @@ def test_render_passes_spawns_workers_and_refuses_it_on_several_nodes() -> None:
     assert "each of the 2 nodes would train its own copy" in several.stderr
     detected = kubeddp(*render, "--nodes", "2")
     assert detected.returncode == 0 and "spawns-workers" not in detected.stdout
+
+
+def test_docs_table_lists_every_rule() -> None:
+    doc = (procs.REPO / "docs" / "your-own-script.md").read_text()
+    rows = re.findall(r"^\| `([a-z-]+)` \|", doc, re.MULTILINE)
+    assert sorted(rows) == sorted(RULES)
