@@ -72,3 +72,24 @@ def test_worker_stuck_in_native_code_is_ended_on_sigterm(tmp_path: Path, polls: 
         code = run.wait(60)  # far less than GRACE: the worker did not wait for its grace
     assert code == exit_codes.PREEMPTED, run.tail()
     assert "in native code" in run.output() and "cannot save" in run.output(), run.tail()
+
+
+FORKS = """import multiprocessing, time
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+child.start()
+time.sleep(0.5)
+child.terminate()  # what a DataLoader does to a worker that does not stop in time
+child.join()
+time.sleep(3)  # the watcher, had it taken the child's SIGTERM for this process's, ends it here
+print("parent alive", flush=True)
+"""
+
+
+def test_sigterm_to_a_forked_child_does_not_end_the_program(tmp_path: Path) -> None:
+    (tmp_path / "forks.py").write_text(FORKS)
+    env = procs.child_env()
+    env.pop(constants.ENV_LAUNCHER_PID, None)
+    argv = [sys.executable, "-m", RUNNER_MODULE, "script", str(tmp_path / "forks.py")]
+    done = procs.run(argv, tmp_path / "forks.log", 60, env)
+    assert done.code == 0, done.output
+    assert "parent alive" in done.output and "native code" not in done.output

@@ -95,7 +95,15 @@ def _watch_for_stuck_main_thread() -> None:
         signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except (OSError, ValueError):
         return  # not the main thread, or no pipe: the agent's SIGKILL remains
+    # A forked child (a DataLoader worker, mp.Process) would write its own signals into this
+    # pipe: a SIGTERM to it alone would look like one to this process.
+    os.register_at_fork(after_in_child=_no_wakeup_fd)
     threading.Thread(target=_watch, args=(read_fd,), name="kubeddp-sigterm", daemon=True).start()
+
+
+def _no_wakeup_fd() -> None:
+    with contextlib.suppress(ValueError):  # forked from another thread: nothing to undo here
+        signal.set_wakeup_fd(-1)
 
 
 def _watch(read_fd: int) -> None:
