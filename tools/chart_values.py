@@ -656,6 +656,15 @@ VALUES: tuple[Value, ...] = (
         (Flag(("--module",), metavar="NAME", help="run this module of the image (python -m)"),),
     ),
     Value(
+        "trainer.spawnsWorkers",
+        {"type": ["boolean", "null"]},
+        None,
+        "your script starts its own workers (mp.spawn, mp.Process): launch runs it once, on one "
+        "node only; null = detected in the script",
+        TRAINER,
+        (switch("--spawns-workers"),),
+    ),
+    Value(
         "trainer.args",
         {"type": "array", "items": {"type": "string"}},
         [],

@@ -27,6 +27,10 @@ DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 def main(argv: list[str] | None = None) -> int:
     """Every command ends with a code of trainer/exit_codes.py: Ctrl-C is INTERRUPTED, and
     anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
+    if argv is None:  # the `kubeddp` command itself: launch's last moments ignore SIGTERM
+        from kubeddp.trainer.launcher import end_signals
+
+        end_signals.PROCESS_ENDS_WITH_LAUNCH = True
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
     try:
@@ -59,6 +63,8 @@ def _dispatch(argv: list[str]) -> int:
         from kubeddp.trainer.launcher.checkpoint_keeper import keeper_main
 
         return keeper_main(argv[1:])
+    if argv and argv[0] == "check":
+        return cmd_check(argv[1:])
     args = parse_command(argv)
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
@@ -121,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
     sub.add_parser("keeper", help="serve a checkpoint claim to a job's pods (the keeper pod)")
     sub.add_parser("train", help="local DDP run (torchrun standalone)")
+    sub.add_parser("check", help="name the DDP pitfalls of a training script (without running it)")
 
     render = sub.add_parser("render", help="print the validated manifests of a job")
     add_render_options(render)
@@ -174,6 +181,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--delete-pvc", action="store_true", help="also delete <name>-checkpoints (rendered PVC)"
     )
     return parser
+
+
+def cmd_check(argv: list[str]) -> int:
+    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: 0 no pitfall, 1 pitfalls (one line each:
+    file:line: rule: pitfall; fix), 2 a script that cannot be read."""
+    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file
+
+    own, program_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
+    )
+    parser = OneLineErrorParser(
+        prog="kubeddp check",
+        description="read a training script without running it and name each DDP pitfall "
+        "with its line and fix; the program's own arguments follow --",
+    )
+    parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
+    parser.add_argument(
+        "--nodes", type=number(int, 1), default=1, help="nodes the job runs on (default 1)"
+    )
+    args = parser.parse_args(own)
+    try:
+        findings = check_file(args.script, args.nodes, program_args)
+    except ScriptCheckError as exc:
+        return _fail("check", str(exc))
+    for finding in findings:
+        print(finding.shown(args.script))
+    return exit_codes.TRAINING_FAILED if findings else exit_codes.OK
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
@@ -272,6 +306,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     docs, code = _checked_documents(args, "render")
     if code:
         return code
+    if getattr(args, "script", None):  # when the image's script is here too: its pitfalls
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        nodes = args.elastic or args.nodes
+        for line in warnings_for(args.script, nodes, args.program_args or []):
+            print(f"kubeddp render: warning: {line}", file=sys.stderr)
     sys.stdout.write(to_yaml(docs) if args.output == "yaml" else to_json(docs))
     return 0
 

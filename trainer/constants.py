@@ -63,3 +63,5 @@ ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the k
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
+# "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
+ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"

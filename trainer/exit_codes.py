@@ -50,7 +50,8 @@ TABLE: tuple[ExitCode, ...] = (
         "failed",
         "both",
         "training: the program failed on its own (an exception of its own, an exit code it "
-        "chose below 128); validate: problems found; wait: the job failed",
+        "chose below 128); validate: problems found; check: pitfalls found in the script; "
+        "wait: the job failed",
         "fix the program or the manifest; a retry would fail the same way",
     ),
     ExitCode(

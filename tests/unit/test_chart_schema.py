@@ -264,6 +264,16 @@ FAIL_RULES = {
         "demo",
         r"`trainer.args` is set but neither `trainer.script` nor `trainer.module`",
     ),
+    "spawning program flag without a program": (
+        {"trainer": {"spawnsWorkers": True}},
+        "demo",
+        r"`trainer.spawnsWorkers` is true but neither `trainer.script` nor `trainer.module`",
+    ),
+    "spawning program on several nodes": (
+        {"trainer": {"script": "/app/spawn.py", "spawnsWorkers": True}, "nodes": 2},
+        "demo",
+        r"`trainer.spawnsWorkers` is true: .* each of the 2 nodes would train its own copy",
+    ),
     "built-in trainer config with a program": (
         {"trainer": {"module": "train"}, "config": {"train": {"epochs": 3}}},
         "demo",

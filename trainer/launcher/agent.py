@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -145,6 +146,26 @@ class Outcome:
     reason: str = ""
 
 
+def first_failed(exc: BaseException) -> str:
+    """`; local rank R (pid P) failed first`: the earliest worker that failed on its own (the
+    others were stopped by the agent), for the one line that says why the group ended."""
+    failures = getattr(exc, "failures", {}) or {}
+    ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
+    for rank, failure in ordered:
+        code = worker_exit_code(int(getattr(failure, "exitcode", 1)))
+        if code != exit_codes.OK and code not in STOPPED_BY_AGENT:
+            pid = getattr(failure, "pid", None)
+            return f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + " failed first"
+    return ""
+
+
+def signal_name(sigval: int) -> str:
+    try:
+        return signal.Signals(int(sigval)).name
+    except ValueError:
+        return f"signal {sigval}"
+
+
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
     """run_agent's exit code."""
     return run_agent(plan, worker_env, preempt_grace).code
@@ -193,11 +214,14 @@ def run_agent(
         code = exit_code_of_failure(exc)
         reason = f"workers failed: exit code {exit_codes.describe(code)}"
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
-             f"{exit_codes.describe(code)}; see the worker output above")  # fmt: skip
-        return Outcome(code, code in REJOIN_CODES, reason)
+             f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
+             "above")  # fmt: skip
+        return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc))
     except SignalException as exc:
         code = 128 + int(exc.sigval)
-        return Outcome(code, False, f"stopped by signal {int(exc.sigval)}: exit code {code}")
+        _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
+             f"{exit_codes.describe(code)}")  # fmt: skip
+        return Outcome(code, False, f"stopped by {signal_name(exc.sigval)}: exit code {code}")
     except (RendezvousError, DistError, ConnectionError, TimeoutError) as exc:
         # The agent's own store or rendezvous went away (the c10d host pod died, the network
         # dropped): nothing this pod did wrong.

@@ -23,7 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync, torchrun_cli
+from kubeddp.trainer.launcher import checkpoint_sync, end_signals, torchrun_cli
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
@@ -31,6 +31,8 @@ from kubeddp.trainer.launcher.program_options import (
     add_program_options,
     check_overrides,
     program_from_options,
+    program_spawns_workers,
+    spawn_refusal,
     torchrun_worker_args,
 )
 from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
@@ -207,7 +209,8 @@ def _worker_command(
 ) -> tuple[argparse.Namespace, Program | None, list[str]]:
     """The config options, the user's program (None: the built-in trainer) and the worker
     arguments torchrun passes on."""
-    program = program_from_options(args.script, args.module, after_dash)
+    note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
+    program = program_from_options(args.script, args.module, after_dash, note)
     if program is None:
         options, worker_args = config_options(args, after_dash)
         return options, None, worker_args
@@ -217,6 +220,20 @@ def _worker_command(
 
 
 def launch_main(argv: list[str]) -> int:
+    """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    previous = end_signals.install()
+    try:
+        return _launch(argv)
+    except Exception as exc:
+        code = end_signals.exit_code_of(exc)
+        if code is None:
+            raise
+        return code
+    finally:
+        end_signals.restore(previous)  # launch may run inside a test; at exit: ignored
+
+
+def _launch(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
     env = os.environ
@@ -226,6 +243,10 @@ def launch_main(argv: list[str]) -> int:
         return exit_codes.BAD_INPUT
     try:
         options, program, worker_args = _worker_command(args, after_dash)
+        spawns = program is not None and program_spawns_workers(program, args.spawns_workers)
+        if spawns and args.nproc_per_node not in (None, "1"):
+            _log(f"[kubeddp] note: --nproc-per-node {args.nproc_per_node} ignored: the program "
+                 "starts its own workers; give their count to the program")  # fmt: skip
         gpus = (
             _gpu_count
             if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
@@ -234,12 +255,15 @@ def launch_main(argv: list[str]) -> int:
         plan = plan_from_env(
             env,
             worker_args,
-            nproc_flag=args.nproc_per_node,
+            nproc_flag="1" if spawns else args.nproc_per_node,
             max_restarts=args.max_restarts,
             gpu_count=gpus,
             worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
             node_flags=node_flags(args),
         )
+        refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
+        if refusal:
+            raise ProgramError(refusal)
     except (ConfigError, RendezvousError, ProgramError) as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
@@ -271,6 +295,8 @@ def launch_main(argv: list[str]) -> int:
     )
     if program is not None:
         _log(f"[kubeddp] program: {program.command_line()}")
+    if spawns:
+        _log("[kubeddp] the program starts its own workers (mp.spawn/mp.Process): it runs once")
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
         if program is not None:
             from kubeddp.trainer.worker.program import run_program
@@ -291,7 +317,9 @@ def launch_main(argv: list[str]) -> int:
     except RendezvousHostUnreachable as exc:
         return _ended(budget, Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc)))
     try:
-        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
+        # Several nodes outside Kubernetes may share this host: a busy port is then expected.
+        shared_host = not plan.in_kubernetes and plan.nnodes != "1"
+        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log, shared_host)
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
         budget.ended(exit_codes.BAD_INPUT, str(exc))
@@ -312,7 +340,14 @@ def launch_main(argv: list[str]) -> int:
         return code
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     try:
-        outcome = _train(plan, cfg, deadline, budget)
+        if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
+            raise end_signals.Terminated(end_signals.RECEIVED[0])
+        outcome = _train(plan, cfg, deadline, budget, spawns)
+    except Exception as exc:  # a signal just after the agent returned (its handler stays)
+        signalled = end_signals.exit_code_of(exc)
+        if signalled is None:
+            raise
+        outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
@@ -342,7 +377,9 @@ def _rejoins(plan: RendezvousPlan) -> bool:
     return not plan.standalone and plan.nnodes != "1"
 
 
-def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudget) -> Outcome:
+def _train(
+    plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudget, spawns: bool
+) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
     rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
     sees one failed pod (the lost one), not N: one pod start instead of N failures and an
@@ -350,6 +387,8 @@ def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudg
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     worker_env = resolved_config_env(cfg)
+    if spawns:
+        worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     grace = cfg.checkpoint.preempt_grace_seconds
     rounds = (
         RendezvousRounds(plan, deadline)
@@ -443,6 +482,11 @@ def train_main(argv: list[str]) -> int:
     for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
         if problem:
             p.error(problem)
+    if args.script is not None:  # what `kubeddp check` would say, as warnings
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        for line in warnings_for(args.script, args.nnodes, after_dash):
+            _log(f"kubeddp train: warning: {line}")
     launch_args = []
     if args.nproc:
         launch_args += ["--nproc-per-node", str(args.nproc)]
@@ -456,4 +500,6 @@ def train_main(argv: list[str]) -> int:
         launch_args += ["--script", args.script]
     if args.module is not None:
         launch_args += ["--module", args.module]
+    if args.spawns_workers is not None:
+        launch_args.append("--spawns-workers" if args.spawns_workers else "--no-spawns-workers")
     return launch_main([*launch_args, "--", *after_dash])

@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 
 from kubeddp.trainer.config import ConfigError, parse_override
 from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
@@ -38,6 +39,13 @@ def add_program_options(parser: argparse.ArgumentParser) -> None:
         "--module",
         metavar="NAME",
         help="run this module on every worker, as `python -m NAME ARGS` under torchrun",
+    )
+    group.add_argument(
+        "--spawns-workers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the program starts its own workers (mp.spawn, mp.Process): run it once, on one "
+        "node (default: detected in the script)",
     )
 
 
@@ -92,20 +100,55 @@ def _check_module(name: str) -> None:
 
 
 def program_from_options(
-    script: str | None, module: str | None, program_args: list[str]
+    script: str | None,
+    module: str | None,
+    program_args: list[str],
+    note: Callable[[str], None] | None = None,
 ) -> Program | None:
-    """The user's program, checked; None when the built-in trainer runs."""
+    """The user's program, checked; None when the built-in trainer runs. With `note` (a dry
+    run, which previews a plan for an image from anywhere) a program that is not on this
+    machine is only noted."""
     if script is not None and module is not None:
         raise ProgramError(
             f"--script {script} and --module {module} are both given; run one program"
         )
+    try:
+        if script is not None:
+            _check_script(script)
+        elif module is not None:
+            _check_module(module)
+    except ProgramError as exc:
+        if note is None:
+            raise
+        note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
     if script is not None:
-        _check_script(script)
         return Program("script", script, tuple(program_args))
     if module is not None:
-        _check_module(module)
         return Program("module", module, tuple(program_args))
     return None
+
+
+def program_spawns_workers(program: Program, flag: bool | None) -> bool:
+    """Whether the program starts its own workers: the flag, else what the script shows."""
+    if flag is not None:
+        return flag
+    if program.mode != "script":
+        return False  # a module is not read: --spawns-workers says so
+    from kubeddp.trainer.launcher.script_check import spawns_workers
+
+    return spawns_workers(program.target)
+
+
+def spawn_refusal(program: Program, nnodes: str) -> str | None:
+    """Why a program that spawns its own workers cannot run on these nodes (None: it can)."""
+    if nnodes.rsplit(":", 1)[-1].strip() == "1":
+        return None
+    return (
+        f"{program.shown} starts its own workers (mp.spawn/mp.Process), so every one of the "
+        f"{nnodes} nodes would train its own copy; convert it to torchrun style (read "
+        "LOCAL_RANK, init_process_group() without rank/world_size, no mp.spawn: "
+        "docs/your-own-script.md) or run it on one node"
+    )
 
 
 def torchrun_worker_args(program: Program) -> list[str]:

@@ -85,6 +85,13 @@ backticks, which render turns into its options, and says how to fix it.
 {{- if and $t.args (not $program) }}
 {{- fail "`trainer.args` is set but neither `trainer.script` nor `trainer.module`: the arguments are your program's; name it" }}
 {{- end }}
+{{- if and (eq (toString $t.spawnsWorkers) "true") (not $program) }}
+{{- fail "`trainer.spawnsWorkers` is true but neither `trainer.script` nor `trainer.module` is set: it describes your program; name it" }}
+{{- end }}
+{{- $nodes := include "kubeddp.nodes" . | int }}
+{{- if and (eq (toString $t.spawnsWorkers) "true") (or (gt $nodes 1) .Values.elastic.enabled) }}
+{{- fail (printf "`trainer.spawnsWorkers` is true: your program starts its own workers, so each of the %d nodes would train its own copy; set nodes to 1, or convert it to torchrun style (docs/your-own-script.md)" $nodes) }}
+{{- end }}
 {{- if $program }}
 {{- range $section, $keys := .Values.config }}
 {{- range $key, $_ := $keys }}
