@@ -485,8 +485,10 @@ def train_main(argv: list[str]) -> int:
     if args.script is not None:  # what `kubeddp check` would say, as warnings
         from kubeddp.trainer.launcher.script_check import warnings_for
 
-        for line in warnings_for(args.script, args.nnodes, after_dash):
-            _log(f"kubeddp train: warning: {line}")
+        warned = warnings_for(args.script, args.nnodes, after_dash)
+        if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
+            for line in warned:
+                _log(f"kubeddp train: warning: {line}")
     launch_args = []
     if args.nproc:
         launch_args += ["--nproc-per-node", str(args.nproc)]
