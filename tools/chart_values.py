@@ -315,7 +315,12 @@ VALUES: tuple[Value, ...] = (
         None,
         f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
         f"{names.FIRST_RETRYABLE_EXIT_CODE} ({exit_codes.PREEMPTED} = preempted after "
-        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. "
+        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. PyTorchJob "
+        "ExitCode: training-operator v1.9 recreates the pod for every such code without end "
+        "(backoffLimit does not count them; launch's retries.without_progress does). "
+        "IndexedJob ExitCode: a podFailurePolicy (preemptions and a lost peer's codes not "
+        "counted). OnFailure: the kubelet restarts the container in place, each restart "
+        "counted against backoffLimit summed over all pods. "
         + "; ".join(
             f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"
             for kind in KINDS.values()
@@ -328,7 +333,14 @@ VALUES: tuple[Value, ...] = (
         "backoffLimit",
         integer(minimum=0, nullable=True),
         None,
-        f"retries before the job is marked failed; null = {DEFAULT_BACKOFF_LIMIT}",
+        f"null = {DEFAULT_BACKOFF_LIMIT}. What it bounds differs by kind. PyTorchJob "
+        "(training-operator v1.9): restarts of Running pods only; with restartPolicy ExitCode "
+        "it never bounds the recreations of pods that exit >= 128 (0 fails the job at the "
+        "first failure). IndexedJob: failed pods summed over all pods, preemptions and a lost "
+        "peer's exit codes not counted. TrainJob (with trainJob.ownRuntime): the Job's "
+        "backoffLimit (counted pod failures summed over the pods) and the JobSet's "
+        "failurePolicy.maxRestarts (restarts of the whole gang). On every kind launch's own "
+        "budget, `retries.without_progress`, ends a job whose restarts make no progress",
         JOB,
         (Flag(("--backoff-limit",), read="int"),),
     ),
@@ -374,9 +386,23 @@ VALUES: tuple[Value, ...] = (
         "trainJob.runtimeName",
         text(P.DNS1123_SUBDOMAIN, maxLength=253),
         DEFAULT_RUNTIME,
-        "the training runtime's name",
+        "the training runtime's name (with trainJob.ownRuntime false)",
         JOB,
         (Flag(("--runtime-name",)),),
+    ),
+    Value(
+        "trainJob.ownRuntime",
+        boolean(),
+        True,
+        "render a TrainingRuntime named after the job and run on it: the torch runtime with "
+        "a JobSet failurePolicy (restart the gang when its Job fails, at most backoffLimit "
+        "times; fail at once on exit codes 1-127) and a Job whose pods run restartPolicy Never "
+        "under a pod failure policy that does not count a preemption or a lost peer's exit. "
+        "false: trainJob.runtimeKind/runtimeName as installed (Trainer's torch-distributed: "
+        "pods restart OnFailure, the Job's backoffLimit 6 counts restarts summed over all "
+        "pods, and the first failed Job fails the TrainJob)",
+        JOB,
+        (switch("--own-runtime"),),
     ),
     Value(
         "trainJob.runtimeKind",

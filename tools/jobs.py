@@ -103,7 +103,24 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
             restarts = sum(int(_mapping(s).get("restartCount", 0)) for s in statuses)
             phase = pod_status.get("phase", "?")
             node = _mapping(pod.get("spec")).get("nodeName", "-")
+            ends = [end for s in statuses if (end := termination_line(_mapping(s)))]
         print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
+        for line in ends:
+            print(f"    {line}", file=out)
+
+
+def termination_line(container_status: dict) -> str:
+    """`exit 5: <message>` of the container's current or last end (the one line launch wrote
+    to its termination message, or the log tail FallbackToLogsOnError put there)."""
+    for key in ("state", "lastState"):
+        ended = _mapping(_mapping(container_status.get(key)).get("terminated"))
+        if ended and ended.get("exitCode", 0) != 0:
+            message = " ".join(str(ended.get("message") or ended.get("reason") or "").split())
+            return (
+                f"{'ended' if key == 'state' else 'last ended'} exit {ended.get('exitCode')}: "
+                + (message[-300:] or "(no message)")
+            )
+    return ""
 
 
 def wait(

@@ -22,7 +22,7 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # With --script/--module (a user's own program) only these config keys still apply (a section
 # alone: all of its keys): launch's metrics endpoint and the SIGTERM grace. launch refuses
 # --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds")
+PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries")
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).

@@ -34,6 +34,7 @@ TRAINING_FAILED = 1
 BAD_INPUT = 2
 CLUSTER_ERROR = 3
 INTERNAL_ERROR = 4
+RETRIES_EXHAUSTED = 5
 WAIT_TIMEOUT = 124
 INTERRUPTED = 130
 KILLED = 137
@@ -75,6 +76,14 @@ TABLE: tuple[ExitCode, ...] = (
         "report it",
     ),
     ExitCode(
+        RETRIES_EXHAUSTED,
+        "retries exhausted",
+        "training",
+        "the pod was restarted `retries.without_progress` times while the newest checkpoint did "
+        "not advance (the one line and the pod's termination message name the last failure)",
+        "fix what the last failure names (out of memory: give the pod more memory); resubmit",
+    ),
+    ExitCode(
         WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"
     ),
     ExitCode(
@@ -89,7 +98,8 @@ TABLE: tuple[ExitCode, ...] = (
         "killed",
         "training",
         "a worker was killed (SIGKILL: out of memory, or the grace period ran out)",
-        "retried; if it repeats, give the pod more memory",
+        "retried until `retries.without_progress` restarts made no progress; if it repeats, "
+        "give the pod more memory",
     ),
     ExitCode(
         PREEMPTED,

@@ -147,6 +147,14 @@ class JobPlan:
     configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
     claims: list[dict[str, Any]] = field(default_factory=list)  # PersistentVolumeClaims to make
     deployments: list[PodPlan] = field(default_factory=list)  # pods of Deployments beside the job
+    # TrainJob: the JobSet's failurePolicy (None: the first failed Job fails the JobSet)
+    jobset_failure_policy: dict[str, Any] | None = None
+
+    @property
+    def batch_job(self) -> bool:
+        """Pods made by the Job controller (Indexed Job, a TrainJob's Jobs): its recreation
+        back-off applies."""
+        return self.kind in ("IndexedJob", "TrainJob")
 
 
 def load_documents(text: str) -> list[dict[str, Any]]:
@@ -538,6 +546,7 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
         pod_failure_rules=copy.deepcopy(
             (batch_spec.get("podFailurePolicy") or {}).get("rules", [])
         ),
+        jobset_failure_policy=copy.deepcopy(jobset.get("failurePolicy")),
     )
 
 
@@ -615,10 +624,15 @@ def plan_from_documents(docs: list[dict[str, Any]]) -> JobPlan:
     if len(jobs) != 1:
         raise ManifestError(f"expected one PyTorchJob/TrainJob/Job, found {len(jobs)}")
     job = jobs[0]
+    runtimes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "TrainingRuntime"}
     if job["kind"] == "PyTorchJob":
         plan = pytorchjob_plan(job)
     elif job["kind"] == "TrainJob":
-        plan = trainjob_plan(job)
+        ref = job["spec"].get("runtimeRef", {})
+        runtime = runtimes.get(ref.get("name")) if ref.get("kind") == "TrainingRuntime" else None
+        if ref.get("kind") == "TrainingRuntime" and runtime is None:
+            raise ManifestError(f"TrainJob runtimeRef {ref}: no such TrainingRuntime in the stream")
+        plan = trainjob_plan(job, runtime)
     else:
         plan = indexedjob_plan(job)
     plan.configmaps = configmaps

@@ -116,6 +116,7 @@ def test_defaults_are_the_designed_ones() -> None:
     }
     assert values["pytorchJob"] == {"masterReplica": False}  # Workers only: no init-pytorch
     assert values["trainJob"] == {
+        "ownRuntime": True,  # a TrainingRuntime with a gang failure policy, named after the job
         "runtimeName": "torch-distributed",
         "runtimeKind": "ClusterTrainingRuntime",
     }

@@ -197,10 +197,10 @@ FAIL_RULES = {
         "demo",
         r"`restartPolicy` \(Never\) cannot be set for kind TrainJob: Trainer v2.3 runtimePatches",
     ),
-    "backoffLimit 0 with TrainJob": (
-        {"kind": "TrainJob", "backoffLimit": 0},
+    "backoffLimit with TrainJob on an installed runtime": (
+        {"kind": "TrainJob", "backoffLimit": 0, "trainJob": {"ownRuntime": False}},
         "demo",
-        r"`backoffLimit` \(0\) cannot be set for kind TrainJob",
+        r"`backoffLimit` cannot be set for kind TrainJob with `trainJob.ownRuntime` false",
     ),
     "ttl with TrainJob": (
         {"kind": "TrainJob", "ttlSecondsAfterFinished": 60},

@@ -21,6 +21,7 @@ CRDS = reference.CRDS
 NS = fake_api.NAMESPACE
 PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
+RUNTIMES = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainingruntimes"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a claim by default
 PODS = f"/api/v1/namespaces/{NS}/pods"
@@ -83,12 +84,36 @@ def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
 def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
     api.route("POST", CONFIGMAPS, 201)
     api.route("POST", CLAIMS, 201)
+    api.route("POST", RUNTIMES, 201)
     api.route("POST", TRAINJOBS, 201)
     code, _, err = run(
         ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"], capsys
     )
     assert code == 0, err
-    assert [p["query"] for p in api.calls("POST")] == [{}, {}, {}]
+    posts = api.calls("POST")
+    assert [p["query"] for p in posts] == [{}, {}, {}, {}]
+    # the job's own TrainingRuntime exists before the TrainJob that refers to it
+    assert [p["path"] for p in posts][-2:] == [RUNTIMES, TRAINJOBS]
+
+
+def test_status_shows_each_pods_termination_message(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    ended = {"terminated": {"exitCode": 5, "message": "retries exhausted: 6 restarts of pod x"}}
+    last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    pods = {
+        "items": [
+            {"metadata": {"name": "demo-worker-0"},
+             "status": {"phase": "Failed", "containerStatuses": [{"state": ended}]}},
+            {"metadata": {"name": "demo-worker-1"},
+             "status": {"phase": "Running", "containerStatuses": [
+                 {"state": {"running": {}}, "lastState": last, "restartCount": 1}]}},
+        ]
+    }  # fmt: skip
+    api.route("GET", PODS, 200, pods)
+    code, out, err = run(["status", "demo"], capsys)
+    assert code == 0, err
+    assert "    ended exit 5: retries exhausted: 6 restarts of pod x" in out, out
+    assert "    last ended exit 137: OOMKilled" in out, out
 
 
 @pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")

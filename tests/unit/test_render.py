@@ -310,13 +310,36 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     assert exit_codes.KILLED not in counted["onExitCodes"]["values"]
 
 
-def test_trainjob_uses_torch_distributed_runtime(capsys):
-    job = by_kind(render(["trainjob", "--nodes", "2", "--gpus-per-node", "4"], capsys))["TrainJob"]
-    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+def test_trainjob_runs_on_its_own_torch_runtime_with_a_gang_failure_policy(capsys):
+    docs = by_kind(render(["trainjob", "--nodes", "2", "--gpus-per-node", "4"], capsys))
+    job, runtime = docs["TrainJob"], docs["TrainingRuntime"]
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": runtime["metadata"]["name"],
+    }
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["numProcPerNode"] == 4
     (container,) = pod_templates(job)[0]["spec"]["containers"]
     assert container["name"] == KINDS["trainjob"].container
+    jobset = runtime["spec"]["template"]["spec"]
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1, "torch": {}}
+    assert jobset["failurePolicy"]["maxRestarts"] == 3
+    assert jobset["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
+    (replicated,) = jobset["replicatedJobs"]
+    batch = replicated["template"]["spec"]
+    assert batch["template"]["spec"]["restartPolicy"] == "Never"
+    actions = [rule["action"] for rule in batch["podFailurePolicy"]["rules"]]
+    assert actions == ["Ignore", "Ignore", "FailJob"]
+    (runtime_container,) = batch["template"]["spec"]["containers"]
+    assert runtime_container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_trainjob_on_an_installed_runtime(capsys):
+    argv = ["trainjob", "--no-own-runtime", "--runtime-kind", "ClusterTrainingRuntime"]
+    docs = by_kind(render(argv, capsys))
+    assert "TrainingRuntime" not in docs
+    assert docs["TrainJob"]["spec"]["runtimeRef"]["name"] == "torch-distributed"
 
 
 def test_config_file_ships_in_configmap_and_overrides_follow_it(tmp_path, capsys):

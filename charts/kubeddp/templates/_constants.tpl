@@ -73,6 +73,7 @@ kubeddpManaged: kubeddp
 programConfigKeys:
   - metrics
   - checkpoint.preempt_grace_seconds
+  - retries
 volumeSources:
   - persistentVolumeClaim
   - configMap
@@ -136,7 +137,6 @@ kinds:
       cleanPodPolicy: it is a PyTorchJob field; leave it null
       pytorchJob.masterReplica: it is a PyTorchJob replica; leave it false
       restartPolicy: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
-      backoffLimit: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
@@ -144,6 +144,9 @@ kinds:
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org
+    runtimeKind: TrainingRuntime
+    ancestorLabel: trainer.kubeflow.org/trainjob-ancestor-step
+    fatalJobSetRule: fatalExitCode
   IndexedJob:
     apiVersion: batch/v1
     resourceKind: Job

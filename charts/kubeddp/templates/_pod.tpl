@@ -181,6 +181,9 @@ values.env, then extraEnv */}}
     {{- toYaml $root.Values.securityContext | nindent 4 }}
   volumeMounts:
     {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
+  # launch writes its one-line reason to /dev/termination-log; a crash before that shows the
+  # log's tail (`kubeddp status`, `kubectl describe pod`)
+  terminationMessagePolicy: FallbackToLogsOnError
 {{- end }}
 
 {{/* podSecurityContext; on a mounted claim, fsGroupChangePolicy OnRootMismatch unless set:

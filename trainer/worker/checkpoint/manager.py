@@ -136,13 +136,13 @@ class CheckpointManager:
     def _write(self, step: int, gathered: dict[str, Any], blocking: bool) -> bool:
         """Rank 0: hand this step's state to the writer; False when the save failed."""
         assert self.writer is not None
-        if self._apart_pending:
-            self._apart_pending = False
+        if self._apart_pending:  # until the other run's checkpoints moved, write nothing
             try:
                 self._keep_apart()
             except CheckpointError as exc:
                 self._save_failed(exc)
                 return False
+            self._apart_pending = False
         try:  # the previous background write first: its error is its own, not this save's
             self.writer.wait()
         except CheckpointError as exc:

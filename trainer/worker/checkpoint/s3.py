@@ -14,9 +14,9 @@ There is no writer lock on a bucket: give each run its own prefix.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
+import tempfile
 from typing import IO, Any
 
 from kubeddp.trainer.worker.checkpoint.storage import (
@@ -33,6 +33,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PROBE = ".kubeddp-probe"
 OWNER_NOTE = ".kubeddp-checkpoints"
+SPOOL_BYTES = 64 * 2**20
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
@@ -47,6 +48,12 @@ def parse_url(url: str) -> tuple[str, str]:
             "3-63 lower-case letters, digits, dots or hyphens)"
         )
     return bucket, prefix
+
+
+def _buffer() -> IO[bytes]:
+    """A file for one object on its way: in memory up to 64 MiB, then on local disk, so a
+    large checkpoint does not take its size twice in host memory."""
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b")
 
 
 def _endpoint() -> str | None:
@@ -178,8 +185,16 @@ class S3Storage:
 
     def open_file(self, ref: CheckpointRef, name: str) -> IO[bytes]:
         key = f"{self._key_of(ref)}/{name}"
-        answer = self._call(f"reading {name}", self.client.get_object, Bucket=self.bucket, Key=key)
-        return io.BytesIO(answer["Body"].read())
+        data = _buffer()  # torch.load needs a seekable file
+        self._call(
+            f"reading {name}",
+            self.client.download_fileobj,
+            Bucket=self.bucket,
+            Key=key,
+            Fileobj=data,
+        )
+        data.seek(0)
+        return data
 
     # ---- writing -----------------------------------------------------------------------------
     def write(self, step: int, files: dict[str, WriteBody]) -> CheckpointRef:
@@ -190,10 +205,10 @@ class S3Storage:
             # incomplete checkpoint (ignored), never one that mixes two saves.
             self.client.delete_object(Bucket=self.bucket, Key=self._key(name, MARKER))
             for file, body in files.items():
-                data = io.BytesIO()
-                body(data)
-                data.seek(0)
-                self.client.upload_fileobj(data, self.bucket, self._key(name, file))
+                with _buffer() as data:
+                    body(data)
+                    data.seek(0)
+                    self.client.upload_fileobj(data, self.bucket, self._key(name, file))
             self.client.put_object(
                 Bucket=self.bucket, Key=self._key(name, MARKER), Body=f"step={step}\n".encode()
             )
