@@ -145,3 +145,33 @@ def test_a_tutorial_script_resumes_from_its_relative_snapshot_on_readwriteonce_s
     assert len({epoch for _, epoch in resumed}) == 1 and int(resumed[0][1]) >= 1, resumed
     assert f"finished {epochs} epochs" in logs
     assert "program runs in" in cluster.logs("sd-worker-0")
+
+
+@pytest.mark.timeout(JOB_SECONDS + 60)
+def test_the_retry_budget_ends_an_oom_loop_under_the_keeper(cluster_factory) -> None:
+    """Each recreated pod has a fresh emptyDir: launch's retry budget record must come back from
+    the keeper with the checkpoints, or a worker OOM-killed at every start loops forever."""
+    from test_emulated_jobs import exits
+    from test_emulated_retries import BUDGET, OOM_SCRIPT
+    from test_emulated_retries import IMAGE_SCRIPT as OOM_IMAGE
+
+    from kubeddp.trainer import exit_codes
+
+    cluster = _rwo_only(cluster_factory, image_files={OOM_IMAGE: OOM_SCRIPT})
+    plan = render("pytorchjob", "--name", "om", "--nodes", "2", "--nproc-per-node", "2",
+                  "--script", OOM_IMAGE, "--set", f"retries.without_progress={BUDGET}")  # fmt: skip
+    assert plan.deployments, "two pods: the keeper holds the claim"
+    cluster.start(plan)
+    status = cluster.wait_finished(JOB_SECONDS)
+    assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"
+    by_pod: dict[str, list[int | None]] = {}
+    for pod, code in exits(cluster):
+        by_pod.setdefault(pod, []).append(code)
+    exhausted = [pod for pod, codes in by_pod.items() if exit_codes.RETRIES_EXHAUSTED in codes]
+    assert exhausted, by_pod
+    for pod in exhausted:
+        *retried, last = by_pod[pod]
+        assert last == exit_codes.RETRIES_EXHAUSTED and len(retried) == BUDGET + 1, by_pod
+        assert all(code is not None and code >= exit_codes.RETRYABLE_FROM for code in retried)
+    records = sorted(p.name for p in (cluster.volume("pvc-") / ".kubeddp-retries").iterdir())
+    assert f"{exhausted[0]}.json" in records, records

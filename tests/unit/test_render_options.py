@@ -161,6 +161,10 @@ LANDS_ON = {
         ["--checkpoint-access-mode", "ReadWriteOnce"],
         {"checkpoints": {"accessMode": "ReadWriteOnce"}},
     ),
+    "--checkpoint-storage": (
+        ["--checkpoint-storage", "keeper"],
+        {"checkpoints": {"storage": "keeper"}},
+    ),
     "--checkpoints-lost-on-retry": (
         ["--checkpoints-lost-on-retry"],
         {"checkpoints": {"lostOnRetry": True}},

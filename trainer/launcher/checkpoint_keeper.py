@@ -38,6 +38,10 @@ from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser
 
 INCOMING = ".incoming"
+# Hidden folders that are the job's, not the keeper's: launch's retry budget record
+# (trainer/launcher/retry_budget.py RECORD_DIR) must outlive the pod like the checkpoints.
+KEPT_HIDDEN = (".kubeddp-retries",)
+MTIME_HEADER = "X-Kubeddp-Mtime-Ns"  # the file's time where it was written, kept on the claim
 ABANDONED_SECONDS = 3600.0
 CHUNK = 1 << 20
 TXN_CHARS = set("0123456789abcdef")
@@ -50,7 +54,8 @@ class BadPath(ValueError):
 def relative_path(text: str) -> str:
     """A path inside the keeper's directory: no `..`, no absolute path, no hidden part."""
     parts = unquote(text).split("/")
-    if not parts or any(not p or p in (".", "..") or p.startswith(".") or "\0" in p for p in parts):
+    hidden = [p for p in parts if p.startswith(".") and p not in KEPT_HIDDEN]
+    if not parts or hidden or any(not p or p in (".", "..") or "\0" in p for p in parts):
         raise BadPath(f"{text!r} is not a plain relative path")
     return "/".join(parts)
 
@@ -67,7 +72,7 @@ def list_files(root: Path) -> list[dict]:
     """Every file under `root` except the keeper's hidden ones, sorted by path."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") or d in KEPT_HIDDEN)
         for name in sorted(filenames):
             if name.startswith("."):
                 continue
@@ -112,10 +117,12 @@ class Keeper:
             out.flush()
             os.fsync(out.fileno())
 
-    def put_file(self, rel: str, reader, length: int) -> None:
+    def put_file(self, rel: str, reader, length: int, mtime_ns: int | None = None) -> None:
         temp = self.incoming / f"file-{uuid.uuid4().hex}"
         try:
             self._receive(temp, reader, length)
+            if mtime_ns is not None:
+                os.utime(temp, ns=(mtime_ns, mtime_ns))
             final = self.root / rel
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.is_dir():
@@ -125,8 +132,11 @@ class Keeper:
         finally:
             temp.unlink(missing_ok=True)
 
-    def stage(self, txn: str, rel: str, reader, length: int) -> None:
-        self._receive(self.incoming / txn / rel, reader, length)
+    def stage(self, txn: str, rel: str, reader, length: int, mtime_ns: int | None = None) -> None:
+        target = self.incoming / txn / rel
+        self._receive(target, reader, length)
+        if mtime_ns is not None:
+            os.utime(target, ns=(mtime_ns, mtime_ns))
 
     def commit(self, txn: str, name: str) -> None:
         staged = self.incoming / txn / name
@@ -221,16 +231,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _length(self) -> int:
         return int(self.headers.get("Content-Length", "0"))
 
+    def _mtime(self) -> int | None:
+        raw = self.headers.get(MTIME_HEADER)
+        return int(raw) if raw and raw.isdigit() else None
+
     def do_PUT(self) -> None:  # noqa: N802
         length = self._length()
         try:
             if (rest := self._route("/v1/file/")) is not None:
-                self.keeper.put_file(relative_path(rest), self.rfile, length)
+                self.keeper.put_file(relative_path(rest), self.rfile, length, self._mtime())
             elif (rest := self._route("/v1/stage/")) is not None:
                 txn, _, rel = rest.partition("/")
                 if not txn or not set(txn) <= TXN_CHARS:
                     raise BadPath(f"transaction {txn!r} is not hex")
-                self.keeper.stage(txn, relative_path(rel), self.rfile, length)
+                self.keeper.stage(txn, relative_path(rel), self.rfile, length, self._mtime())
             else:
                 raise BadPath(f"unknown path {self.path}")
             self._reply(HTTPStatus.CREATED)

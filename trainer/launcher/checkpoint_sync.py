@@ -32,6 +32,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.launcher.checkpoint_keeper import KEPT_HIDDEN, MTIME_HEADER
 
 COMPLETE = "COMPLETE"
 CHECKPOINT_NAME = re.compile(r"ckpt-(\d+)$")
@@ -69,11 +70,19 @@ class KeeperClient:
         self.timeout = timeout
 
     def _request(
-        self, method: str, path: str, body=None, length: int = 0, sink: Path | None = None
+        self,
+        method: str,
+        path: str,
+        body=None,
+        length: int = 0,
+        sink: Path | None = None,
+        mtime_ns: int | None = None,
     ) -> bytes:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             headers = {"Content-Length": str(length)} if body is not None else {}
+            if mtime_ns is not None:
+                headers[MTIME_HEADER] = str(mtime_ns)
             conn.request(method, path, body=body, headers=headers)
             answer = conn.getresponse()
             if answer.status >= 300:
@@ -99,18 +108,22 @@ class KeeperClient:
         listing = json.loads(self._request("GET", "/v1/list"))
         return {f["path"]: (f["size"], f["mtime_ns"]) for f in listing["files"]}
 
-    def download(self, rel: str, dest: Path) -> None:
+    def download(self, rel: str, dest: Path, mtime_ns: int | None = None) -> None:
+        """The file, with the time it was written (the retry budget reads progress from it)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         temp = dest.parent / f".kubeddp-sync-{uuid.uuid4().hex}"
         try:
             self._request("GET", f"/v1/file/{quote(rel)}", sink=temp)
+            if mtime_ns is not None:
+                os.utime(temp, ns=(mtime_ns, mtime_ns))
             os.replace(temp, dest)
         finally:
             temp.unlink(missing_ok=True)
 
     def _upload(self, path: str, source: Path) -> None:
         with open(source, "rb") as f:
-            self._request("PUT", path, body=f, length=os.fstat(f.fileno()).st_size)
+            stat = os.fstat(f.fileno())
+            self._request("PUT", path, body=f, length=stat.st_size, mtime_ns=stat.st_mtime_ns)
 
     def upload(self, rel: str, source: Path) -> None:
         self._upload(f"/v1/file/{quote(rel)}", source)
@@ -173,7 +186,11 @@ def scan(root: Path) -> tuple[set[str], dict[str, Stamp]]:
             for name in list(dirnames):
                 if (here / name / COMPLETE).is_file():
                     units.add(name)
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in units]
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if (not d.startswith(".") or (here == root and d in KEPT_HIDDEN)) and d not in units
+        ]
         for name in filenames:
             if name.startswith("."):
                 continue
@@ -206,11 +223,11 @@ class CheckpointSync:
         chosen = newest_checkpoints(units, FETCH_CHECKPOINTS)
         fetched = list(loose) + [rel for name in chosen for rel in units[name]]
         for rel in loose:
-            self.client.download(rel, self.root / rel)
+            self.client.download(rel, self.root / rel, files[rel][1])
         for name in chosen:  # staged beside, then renamed: never part of a checkpoint in place
             staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
             for rel in units[name]:
-                self.client.download(rel, staging / rel)
+                self.client.download(rel, staging / rel, files[rel][1])
             target = self.root / name
             if target.exists():
                 shutil.rmtree(target)
@@ -279,7 +296,7 @@ class CheckpointSync:
             before = _stamp(source)
             if not final and before != stamp:
                 return None
-            shutil.copyfile(source, copy)
+            shutil.copy2(source, copy)  # with its time: progress for the retry budget
             if _stamp(source) == before:
                 return copy
         except FileNotFoundError:

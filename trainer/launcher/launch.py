@@ -306,6 +306,26 @@ def _launch(argv: list[str]) -> int:
         from kubeddp.trainer.worker.entry import run
 
         return run(cfg)
+    try:  # before the budget: the keeper holds the budget's record and the checkpoints
+        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
+        program_workdir(program, cfg, env)
+    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
+        # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
+        code = exit_codes.STORAGE_UNREACHABLE
+        if not isinstance(exc, checkpoint_sync.KeeperError):
+            code = exit_codes.BAD_INPUT
+        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+        write_termination_message(str(exc))
+        return code
+    try:
+        return _run_pod(plan, cfg, deadline)
+    finally:
+        if sync is not None:  # the workers have exited: their last files go to the keeper
+            sync.finish(checkpoint_sync.FINISH_SECONDS)
+
+
+def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float) -> int:
+    """The retry budget, the rendezvous host, /metrics, then training."""
     budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
     refusal = budget.start()
     if refusal:
@@ -324,20 +344,6 @@ def _launch(argv: list[str]) -> int:
         _log(f"kubeddp launch: error: {exc}")
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
-    try:
-        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
-        program_workdir(program, cfg, env)
-    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
-        # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
-        code = exit_codes.STORAGE_UNREACHABLE
-        if not isinstance(exc, checkpoint_sync.KeeperError):
-            code = exit_codes.BAD_INPUT
-        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
-        if metrics is not None:
-            metrics.finish(code, _log)
-        budget.ended(code, str(exc))
-        write_termination_message(str(exc))
-        return code
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
@@ -349,8 +355,6 @@ def _launch(argv: list[str]) -> int:
             raise
         outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
-        if sync is not None:  # the workers have exited: their last files go to the keeper
-            sync.finish(checkpoint_sync.FINISH_SECONDS)
         if metrics is not None:
             metrics.finish(outcome.code, _log)
     return _ended(budget, outcome)
