@@ -34,8 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
+    from kubeddp.tools.output import OutputError, checked_stdout
+
     try:
-        return _dispatch(argv)
+        if command in ("launch", "train"):  # training's output is its workers' own
+            return _dispatch(argv)
+        with checked_stdout():
+            return _dispatch(argv)
+    except OutputError as exc:
+        return _fail(command, f"{exc}; the command stopped", exit_codes.TRAINING_FAILED)
     except KeyboardInterrupt:
         print(f"kubeddp {command}: interrupted", file=sys.stderr)
         return exit_codes.INTERRUPTED
@@ -190,7 +197,9 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    print(f"kubeddp {command}: error: {message}", file=sys.stderr)
+    from kubeddp.tools.output import say
+
+    say(f"kubeddp {command}: error: {message}")
     return code
 
 

@@ -52,3 +52,5 @@ METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
+# Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
+ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"
