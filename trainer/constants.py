@@ -52,5 +52,11 @@ METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
+# The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
+# kubeddp's own (the chart's schema reserves them: tools/patterns.py RESERVED_ENV_NAME).
+USER_ENV_SETTINGS = (
+    ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
+    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",
+)  # fmt: skip
 # Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
 ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"
