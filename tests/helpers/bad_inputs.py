@@ -449,7 +449,7 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
     "submit": ("submit", "-f", "{tmp}/cm.yaml", "--validate-against", "offline"),
     "validate": ("validate", "{tmp}/job.yaml", "--validate-against", "cluster"),
 }
-SLOW_MISBEHAVIOURS = ("hang", "hang-body")  # each costs the request timeout (1 s)
+SLOW_MISBEHAVIOURS = ("hang", "hang-body", "drip")  # each costs the request timeout (1 s)
 
 
 def api_rows() -> list[Row]:
