@@ -342,6 +342,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.filename:
             ((name, text),) = _read_files([args.filename])
             docs = load_documents(text, name)
+            if not docs:
+                return _fail("submit", f"{name} holds no Kubernetes objects; nothing to submit")
             problems = validate_documents(docs, name, _crd_schemas(args, docs))
             for problem in problems:
                 print(f"kubeddp submit: error: {problem}", file=sys.stderr)

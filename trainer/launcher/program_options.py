@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 
+from kubeddp.trainer import yaml_io
 from kubeddp.trainer.config import ConfigError, parse_override
 from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
 from kubeddp.trainer.worker.program import Program
@@ -57,6 +58,33 @@ def check_overrides(overrides: list[str], option: str) -> None:
                 "your program's own options after --, or drop it (with a program only "
                 f"{' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
             )
+
+
+# Written by kubeddp's own manifests into every job's config file (the claim's mount point):
+# not the user's choice, so not refused with a program.
+RENDERED_CONFIG_KEYS = ("checkpoint.dir",)
+
+
+def check_config_file(path: str | None, option: str) -> None:
+    """Refuse a config file key that only the built-in trainer reads, as --set is refused.
+    A file that cannot be read is left to the config loader, which says why in one line."""
+    if not path:
+        return
+    try:
+        data = yaml_io.load_file(path, f"config file {path}")
+    except (OSError, yaml_io.YamlInputError):
+        return
+    if not isinstance(data, dict):
+        return
+    for section, keys in data.items():
+        names = [f"{section}.{key}" for key in keys] if isinstance(keys, dict) else [section]
+        for name in names:
+            if not applies_to_program(name) and name not in RENDERED_CONFIG_KEYS:
+                raise ConfigError(
+                    f"config file {path}: {name} configures the built-in trainer, which "
+                    f"{option} replaces; pass your program's own options after --, or drop "
+                    f"it (with a program only {' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
+                )
 
 
 def _check_script(path: str) -> None:
