@@ -36,9 +36,11 @@ class _CheckedOutput:
         if self._stream is None:  # started with stdout closed: Python sets sys.stdout = None
             raise OutputError(_why(ValueError()))
         try:
-            return self._stream.write(text)
+            written = self._stream.write(text)
+            self._stream.flush()  # fail at the write that failed, not after claiming more
         except (OSError, ValueError) as exc:
             raise OutputError(_why(exc)) from None
+        return written
 
     def writelines(self, lines) -> None:
         for line in lines:
