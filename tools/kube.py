@@ -239,10 +239,9 @@ class Cluster:
         worker.join(self.total_seconds)
         if worker.is_alive():  # left behind: a daemon thread, gone with the process
             raise KubeError(
-                f"the API server at {self.api.configuration.host} did not finish answering "
-                f"{method} {path} within {self.total_seconds:g}s; check that the cluster is up "
-                "and the kubeconfig's server is a Kubernetes API server, or raise "
-                "--request-timeout"
+                f"the API server at {self.api.configuration.host} did not answer within "
+                f"{self.total_seconds:g}s ({method} {path}: not the whole answer in that time); "
+                "check that the cluster is up, or raise --request-timeout"
             )
         if "error" in outcome:
             raise outcome["error"]
