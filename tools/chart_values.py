@@ -484,7 +484,7 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         "nodeSelector",
-        string_map(),
+        label_map(),  # label keys and values, as the API server checks them
         {},
         "node selector of the pods",
         SCHEDULING,

@@ -154,6 +154,8 @@ def name_rows() -> list[Row]:
         "volume-long-mount-path": (("--volume", "claim:d:/" + "a" * 5000), "4095"),
         "checkpoint-claim-upper": (("--checkpoint-pvc", "Data"), "'Data'"),
         "nodes-above-int32": (("--nodes", str(2**31)), "2147483647"),
+        "node-selector-key": (("--node-selector", "a b=c"), "'a b'"),
+        "node-selector-value-long": (("--node-selector", "k=" + "v" * 64), "63"),
         "backoff-above-int32": (("--backoff-limit", str(2**31)), "2147483647"),
     }
     rows += [Row(f"render-{label}", (*RENDER, *argv), BAD_INPUT, (word,))
