@@ -24,7 +24,7 @@ MAX_HOST_CHARS = 253  # a DNS name's limit (RFC 1035)
 MAX_RDZV_ID_CHARS = 253
 TORCH_RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
 _DNS_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
-_RDZV_ID = re.compile(r"[A-Za-z0-9._-]+")
+_RDZV_ID = re.compile(r"[^\s\x00-\x1f\x7f]+")  # any text torchrun can pass on: no blanks
 # PET_RDZV_CONF keys torch reads as whole numbers (seconds or counts).
 _WHOLE_NUMBER_KEYS = re.compile(r".*(timeout|interval|attempt)")
 
@@ -107,6 +107,6 @@ def check_plan(plan: RendezvousPlan) -> None:
         )
     if len(plan.rdzv_id) > MAX_RDZV_ID_CHARS or not _RDZV_ID.fullmatch(plan.rdzv_id):
         raise RendezvousError(
-            f"rendezvous id {plan.rdzv_id!r} must be 1-{MAX_RDZV_ID_CHARS} letters, digits, "
-            "'.', '_' or '-' (the same on every node)"
+            f"rendezvous id {plan.rdzv_id!r} must be 1-{MAX_RDZV_ID_CHARS} characters without "
+            "spaces (the same on every node, e.g. the job's name)"
         )
