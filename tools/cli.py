@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from kubeddp.tools.output import OutputError, checked_stdout
 
     try:
-        if command in ("launch", "train"):  # training's output is its workers' own
-            return _dispatch(argv)
+        if command in ("launch", "train") and "--dry-run" not in argv:
+            return _dispatch(argv)  # training's output is its workers' own
         with checked_stdout():
             return _dispatch(argv)
     except OutputError as exc:

@@ -113,6 +113,8 @@ def output_rows() -> list[Row]:
             Row(f"submit-client-stdout-{mode}",
                 ("submit", "-f", "{tmp}/cm.yaml", "--dry-run", "client", "--validate-against",
                  "offline"), TRAINING_FAILED, ("standard output",), {"cm.yaml": CM}, stdout=mode),
+            Row(f"train-dry-run-stdout-{mode}", ("train", "--dry-run"), TRAINING_FAILED,
+                ("standard output",), stdout=mode),
             Row(f"validate-problems-stdout-{mode}", ("validate", "{tmp}/cm.yaml"),
                 TRAINING_FAILED, ("standard output",), {"cm.yaml": CM.replace(b"{}", b"[1]")},
                 stdout=mode),

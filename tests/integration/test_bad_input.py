@@ -197,6 +197,7 @@ SUBPROCESS_ROWS += (
     "render-stdout-closed",
     "render-stdout-broken-pipe",
     "submit-client-stdout-broken-pipe",
+    "train-dry-run-stdout-full",
     "env-reserved-KUBEDDP_NNODES",
     "env-secret-reserved-LOCAL_RANK",
     "render-env-secret-digit-name",
