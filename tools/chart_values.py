@@ -53,6 +53,7 @@ DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+CHECKPOINT_STORAGE = ("keeper", "mount")  # checkpoints.storage; see its doc
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
 
@@ -109,9 +110,11 @@ SECTIONS = (
     Section("serviceAccount", "The pods' ServiceAccount."),
     Section(
         "checkpoints",
-        f"Checkpoints live at {trainer.CHECKPOINT_DIR}, on a claim so that a recreated pod (every "
-        "ExitCode retry, a preemption) resumes: a new claim (the default), an existing one, or, "
-        "only when asked, an emptyDir that is lost with the pod.",
+        "Checkpoints live at checkpoint.dir (default "
+        f"{trainer.CHECKPOINT_DIR}), kept on a claim so that a recreated pod (every ExitCode "
+        "retry, a preemption) resumes: a new claim (the default), an existing one, or, only "
+        "when asked, an emptyDir that is lost with the pod. With more than one pod, a keeper pod "
+        "holds the claim (ReadWriteOnce storage suffices) unless storage is mount.",
     ),
     Section(
         "trainer",
@@ -314,7 +317,12 @@ VALUES: tuple[Value, ...] = (
         None,
         f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
         f"{names.FIRST_RETRYABLE_EXIT_CODE} ({exit_codes.PREEMPTED} = preempted after "
-        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. "
+        f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. PyTorchJob "
+        "ExitCode: training-operator v1.9 recreates the pod for every such code without end "
+        "(backoffLimit does not count them; launch's retries.without_progress does). "
+        "IndexedJob ExitCode: a podFailurePolicy (preemptions and a lost peer's codes not "
+        "counted). OnFailure: the kubelet restarts the container in place, each restart "
+        "counted against backoffLimit summed over all pods. "
         + "; ".join(
             f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"
             for kind in KINDS.values()
@@ -327,7 +335,14 @@ VALUES: tuple[Value, ...] = (
         "backoffLimit",
         integer(minimum=0, nullable=True),
         None,
-        f"retries before the job is marked failed; null = {DEFAULT_BACKOFF_LIMIT}",
+        f"null = {DEFAULT_BACKOFF_LIMIT}. What it bounds differs by kind. PyTorchJob "
+        "(training-operator v1.9): restarts of Running pods only; with restartPolicy ExitCode "
+        "it never bounds the recreations of pods that exit >= 128 (0 fails the job at the "
+        "first failure). IndexedJob: failed pods summed over all pods, preemptions and a lost "
+        "peer's exit codes not counted. TrainJob (with trainJob.ownRuntime): the Job's "
+        "backoffLimit (counted pod failures summed over the pods) and the JobSet's "
+        "failurePolicy.maxRestarts (restarts of the whole gang). On every kind launch's own "
+        "budget, `retries.without_progress`, ends a job whose restarts make no progress",
         JOB,
         (Flag(("--backoff-limit",), read="int"),),
     ),
@@ -373,9 +388,23 @@ VALUES: tuple[Value, ...] = (
         "trainJob.runtimeName",
         text(P.DNS1123_SUBDOMAIN, maxLength=253),
         DEFAULT_RUNTIME,
-        "the training runtime's name",
+        "the training runtime's name (with trainJob.ownRuntime false)",
         JOB,
         (Flag(("--runtime-name",)),),
+    ),
+    Value(
+        "trainJob.ownRuntime",
+        boolean(),
+        True,
+        "render a TrainingRuntime named after the job and run on it: the torch runtime with "
+        "a JobSet failurePolicy (restart the gang when its Job fails, at most backoffLimit "
+        "times; fail at once on exit codes 1-127) and a Job whose pods run restartPolicy Never "
+        "under a pod failure policy that does not count a preemption or a lost peer's exit. "
+        "false: trainJob.runtimeKind/runtimeName as installed (Trainer's torch-distributed: "
+        "pods restart OnFailure, the Job's backoffLimit 6 counts restarts summed over all "
+        "pods, and the first failed Job fails the TrainJob)",
+        JOB,
+        (switch("--own-runtime"),),
     ),
     Value(
         "trainJob.runtimeKind",
@@ -672,12 +701,25 @@ VALUES: tuple[Value, ...] = (
         "checkpoints.accessMode",
         choice(CHECKPOINT_ACCESS_MODES, nullable=True),
         None,
-        "access mode of the created claim; null = ReadWriteMany when the job has more than one "
-        "pod (pods on several nodes mount it: rank 0 writes, all read on resume), else "
-        "ReadWriteOnce. On a cluster whose storage has no ReadWriteMany (kind's `standard`) and "
-        "one node, set ReadWriteOnce",
+        "access mode of the created claim; null = ReadWriteOnce, or ReadWriteMany when "
+        "storage is mount and the job has more than one pod. ReadWriteOnce and "
+        "ReadWriteOncePod with several pods need storage keeper (the default)",
         TRAINER,
         (Flag(("--checkpoint-access-mode",)),),
+    ),
+    Value(
+        "checkpoints.storage",
+        choice(CHECKPOINT_STORAGE, nullable=True),
+        None,
+        "how the training pods reach the claim. keeper: one small pod (<job>-keeper, the same "
+        "image) mounts it and serves it; each training pod keeps checkpoint.dir on an emptyDir, "
+        "filled from the keeper before its workers start, and sends back what rank 0 writes: "
+        "works with ReadWriteOnce storage, the default of EKS, GKE, AKS and kind. mount: every "
+        "pod mounts the claim at checkpoint.dir (more than one pod: ReadWriteMany storage). "
+        "null = keeper when the job has more than one pod, unless accessMode is ReadWriteMany; "
+        "else mount",
+        TRAINER,
+        (Flag(("--checkpoint-storage",)),),
     ),
     Value(
         "checkpoints.lostOnRetry",

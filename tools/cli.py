@@ -67,6 +67,10 @@ def _dispatch(argv: list[str]) -> int:
         from kubeddp.trainer.launcher.launch import train_main
 
         return train_main(argv[1:])
+    if argv and argv[0] == "keeper":  # the checkpoint keeper pod's command
+        from kubeddp.trainer.launcher.checkpoint_keeper import keeper_main
+
+        return keeper_main(argv[1:])
     args = parse_command(argv)
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
@@ -122,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(metavar="COMMAND")
     sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
+    sub.add_parser("keeper", help="serve a checkpoint claim to a job's pods (the keeper pod)")
     sub.add_parser("train", help="local DDP run (torchrun standalone)")
 
     render = sub.add_parser("render", help="print the validated manifests of a job")
@@ -237,8 +242,9 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
     from kubeddp.tools.render_options import values_from_args
     from kubeddp.tools.validate import validate_documents
 
+    notes: list[str] = []
     try:
-        docs = render_documents(*values_from_args(args))
+        docs = render_documents(*values_from_args(args), notes=notes)
     except (OptionError, RenderError) as exc:
         return [], _fail(command, str(exc))
     try:
@@ -250,6 +256,8 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
             print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
         return [], EXIT_BAD_INPUT
     _print_warnings(command, docs, command)
+    for line in notes:  # which storage the job uses, what the cluster must offer
+        print(f"kubeddp {command}: {line}", file=sys.stderr)
     return docs, 0
 
 
@@ -357,12 +365,38 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.dry_run == "client":
             sys.stdout.write(to_yaml(docs))
             return 0
-        jobs.submit(_connect(args), docs, args.dry_run == "server", sys.stdout)
+        cluster = _connect(args)
+        problem = _storage_problem(cluster, docs)
+        if problem:
+            return _fail("submit", problem)
+        jobs.submit(cluster, docs, args.dry_run == "server", sys.stdout)
     except ManifestError as exc:
         return _fail("submit", str(exc))
     except KubeError as exc:
         return _fail("submit", str(exc), exc.exit_code)
     return 0
+
+
+def _storage_problem(cluster, docs: list[dict]) -> str:
+    """Check the checkpoint claim against the cluster's StorageClasses where they can be read;
+    a claim that would stay Pending is a problem (one line), the rest a note."""
+    from kubeddp.tools.kube import KubeError
+    from kubeddp.tools.storage_classes import StorageProblem, check_claim, claims_of
+
+    claims = claims_of(docs)
+    if not claims:
+        return ""
+    try:
+        classes = cluster.storage_classes()
+    except KubeError as exc:
+        print(f"kubeddp submit: note: StorageClasses not checked ({exc})", file=sys.stderr)
+        return ""
+    for claim in claims:
+        try:
+            print(f"kubeddp submit: checkpoints: {check_claim(claim, classes)}", file=sys.stderr)
+        except StorageProblem as exc:
+            return str(exc)
+    return ""
 
 
 def _cluster_command(args: argparse.Namespace, command: str) -> int:

@@ -3,9 +3,10 @@
 Written by `make chart` (tools/gen_chart.py) and checked to be current by a unit test. Who
 retries a training pod's code is the operators' rule, not kubeddp's: PyTorchJob
 `restartPolicy: ExitCode` recreates the pod for codes >= 128 and never counts that against
-backoffLimit; the Indexed Job kubeddp renders ignores a preemption's cascade, fails on 1-127
-and counts the rest; a TrainJob's pods (JobSet: restartPolicy OnFailure) restart in place for
-any code until the Job's backoffLimit (6 by default).
+backoffLimit; the Indexed Job kubeddp renders, and the Job of the TrainingRuntime it renders
+for a TrainJob, ignore a preemption's cascade, fail on 1-127 and count the rest (a TrainJob's
+JobSet then restarts the gang, at most backoffLimit times). On Trainer's own torch-distributed
+runtime a TrainJob's pods restart in place for any code until the Job's backoffLimit (6).
 """
 
 from __future__ import annotations
@@ -30,17 +31,19 @@ def retried_by(entry: ExitCode) -> str:
         return "nobody: the pod succeeded"
     if not entry.retryable:
         return (
-            "nobody: PyTorchJob (ExitCode) and Indexed Job (FailJob) fail the job; TrainJob "
+            "nobody: PyTorchJob (ExitCode), Indexed Job and TrainJob (FailJob, then the "
+            "JobSet's FailJobSet rule) fail the job; a TrainJob on Trainer's own runtime "
             "restarts the pod in place up to backoffLimit"
         )
     indexed = (
-        "Indexed Job: recreated, not counted (a preemption's cascade)"
+        "Indexed Job and TrainJob: recreated, not counted (a preemption's cascade)"
         if entry.code in exit_codes.CASCADE
-        else "Indexed Job: recreated, counted against backoffLimit"
+        else "Indexed Job and TrainJob: recreated, counted against backoffLimit (then the "
+        "TrainJob's JobSet restarts the gang, at most backoffLimit times)"
     )
     return (
         f"PyTorchJob (ExitCode): recreated, never counted against backoffLimit; {indexed}; "
-        "TrainJob: restarted in place, counted against backoffLimit"
+        "every kind: until launch's budget (`retries.without_progress`) is spent"
     )
 
 
@@ -74,6 +77,17 @@ def exit_codes_doc() -> str:
         f"({exit_codes.PREEMPTED}, {exit_codes.KILLED}) count only when nothing else is there. A "
         f"worker's own code wins over {exit_codes.PEER_FAILED}",
         "(its local peers failed because of it), and the earliest failure wins among the rest.",
+        f"A worker SIGKILLed before the agent could have (out of memory) is the pod's own "
+        f"{exit_codes.KILLED},",
+        f"never {exit_codes.PEER_FAILED}. A pod whose workers failed only because a peer in "
+        "another pod was lost",
+        "does not exit: it stays up and rejoins the rendezvous (`retries.rejoin`), so only the "
+        "lost pod is recreated.",
+        "Each start after a retried failure counts against `retries.without_progress`; when "
+        "the newest",
+        f"checkpoint has not advanced for that many restarts, launch exits "
+        f"{exit_codes.RETRIES_EXHAUSTED} and the one-line reason",
+        "is the pod's termination message (`kubeddp status` shows it).",
         "",
     ]
     return "\n".join(lines)

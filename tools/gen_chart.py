@@ -288,6 +288,16 @@ def chart_constants() -> dict[str, Any]:
         "defaultCleanPodPolicy": CV.DEFAULT_CLEAN_POD_POLICY,
         "defaultImagePullPolicy": CV.DEFAULT_IMAGE_PULL_POLICY,
         "defaultCheckpointSize": CV.DEFAULT_CHECKPOINT_SIZE,
+        "keeperPort": trainer.KEEPER_PORT,
+        "keeperLabel": names.KEEPER_LABEL,
+        "keeperEnv": trainer.ENV_CHECKPOINT_KEEPER,
+        "programInCheckpointDirEnv": trainer.ENV_PROGRAM_IN_CHECKPOINT_DIR,
+        "keeperCommand": [*names.IMAGE_ENTRYPOINT[:-1], "keeper"],
+        "keeperResources": names.KEEPER_RESOURCES,
+        # where checkpoint.dir may not be (nor above): kubeddp's other mounts, the image's paths
+        "checkpointDirReserved": [
+            p for p in names.RESERVED_MOUNT_PATHS if p != trainer.CHECKPOINT_DIR
+        ],
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,
         # Exit codes another pod causes (a preemption's cascade): an Indexed Job ignores them.
         "cascadeExitCodes": list(exit_codes.CASCADE),

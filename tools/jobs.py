@@ -17,9 +17,11 @@ from kubeddp.tools.kinds import KINDS, JobKind
 from kubeddp.tools.kube import Cluster, KubeError, object_path
 from kubeddp.tools.resources import (
     CONFIG_MAP,
+    DEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
     POD,
     POD_MONITOR,
+    SERVICE,
     SERVICE_ACCOUNT,
 )
 from kubeddp.trainer import exit_codes
@@ -101,7 +103,24 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
             restarts = sum(int(_mapping(s).get("restartCount", 0)) for s in statuses)
             phase = pod_status.get("phase", "?")
             node = _mapping(pod.get("spec")).get("nodeName", "-")
+            ends = [end for s in statuses if (end := termination_line(_mapping(s)))]
         print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
+        for line in ends:
+            print(f"    {line}", file=out)
+
+
+def termination_line(container_status: dict) -> str:
+    """`exit 5: <message>` of the container's current or last end (the one line launch wrote
+    to its termination message, or the log tail FallbackToLogsOnError put there)."""
+    for key in ("state", "lastState"):
+        ended = _mapping(_mapping(container_status.get(key)).get("terminated"))
+        if ended and ended.get("exitCode", 0) != 0:
+            message = " ".join(str(ended.get("message") or ended.get("reason") or "").split())
+            return (
+                f"{'ended' if key == 'state' else 'last ended'} exit {ended.get('exitCode')}: "
+                + (message[-300:] or "(no message)")
+            )
+    return ""
 
 
 def wait(
@@ -186,6 +205,7 @@ def delete(cluster: Cluster, kind_name: str, name: str, delete_pvc: bool, out: T
     print(f"{kind.resource.kind.lower()}/{name} deleted", file=out)
     companions = [(CONFIG_MAP, f"{name}-config"), (POD_MONITOR, name)]
     companions += [(resource, name) for resource in kind.companions]
+    companions += [(DEPLOYMENT, f"{name}-keeper"), (SERVICE, f"{name}-keeper")]  # keeper
     if delete_pvc:
         companions.append((PERSISTENT_VOLUME_CLAIM, f"{name}-checkpoints"))
     # --create-service-account may name it anything: find it by the labels render gives it.

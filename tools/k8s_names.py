@@ -54,6 +54,9 @@ RESERVED_MOUNT_PATHS = (
 IMAGE_REPOSITORY = "ghcr.io/kubeddp/kubeddp"
 IMAGE_ENTRYPOINT = ("tini", "--", "kubeddp", "launch")
 IMAGE_UID = 1000
+# The checkpoint keeper pod (templates/keeper.yaml): it only moves files
+KEEPER_LABEL = "kubeddp.io/checkpoint-keeper"  # value: the keeper's name; its Service selects it
+KEEPER_RESOURCES: dict = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # The CPU image as built locally and loaded into kind (`kind load docker-image`); CI and
 # k8s/pytorchjob-cpu-gloo.yaml use this exact reference with imagePullPolicy IfNotPresent.
 IMAGE_CPU_LOCAL = "kubeddp:cpu"

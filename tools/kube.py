@@ -359,6 +359,12 @@ class Cluster:
             )
         return sorted(items, key=lambda item: item["metadata"]["name"])
 
+    def storage_classes(self) -> list[dict]:
+        """The cluster's StorageClasses (cluster-scoped: a namespaced Role may not read them)."""
+        data = self.request("GET", "/apis/storage.k8s.io/v1/storageclasses", what="storageclasses")
+        items = data.get("items") or []
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
     def list_pods(self, selector: str) -> list[dict]:
         return self.list_objects(POD, selector)
 

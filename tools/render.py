@@ -115,8 +115,14 @@ def _apply_order(doc: dict) -> int:
     return len(first)
 
 
-def render_documents(values: dict[str, Any], provenance: Provenance | None = None) -> list[dict]:
-    """The job's objects in apply order; RenderError for bad values."""
+STORAGE_LINE = "Checkpoints: "  # the chart's NOTES line that says where checkpoints live
+
+
+def render_documents(
+    values: dict[str, Any], provenance: Provenance | None = None, notes: list[str] | None = None
+) -> list[dict]:
+    """The job's objects in apply order; RenderError for bad values. `notes` gets the NOTES
+    line that says which storage the job uses and what the cluster must offer."""
     import helm_python as helm
 
     provenance = provenance or {}
@@ -130,6 +136,10 @@ def render_documents(values: dict[str, Any], provenance: Provenance | None = Non
         )
     except helm.HelmError as exc:
         raise _helm_error(exc, provenance) from None
+    if notes is not None:
+        for path, text in rendered.items():
+            if path.endswith("NOTES.txt"):
+                notes += [line for line in text.splitlines() if line.startswith(STORAGE_LINE)]
     try:
         docs = [
             doc

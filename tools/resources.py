@@ -39,18 +39,32 @@ SERVICE_ACCOUNT = Resource("ServiceAccount", "", "v1", "serviceaccounts")
 ROLE = Resource("Role", "rbac.authorization.k8s.io", "v1", "roles")
 ROLE_BINDING = Resource("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings")
 POD_MONITOR = Resource("PodMonitor", "monitoring.coreos.com", "v1", "podmonitors")
+DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments")  # the checkpoint keeper
+# The runtime kubeddp renders beside a TrainJob (trainJob.ownRuntime), named after the job.
+TRAINING_RUNTIME = Resource(
+    "TrainingRuntime", "trainer.kubeflow.org", "v1alpha1", "trainingruntimes"
+)
 # The objects `kubeddp submit` creates beside a job, in apply order: what the job needs before it
 # starts, then (after the job) what watches it. The job kinds are in tools/kinds.
-APPLY_FIRST = (SERVICE_ACCOUNT, CONFIG_MAP, PERSISTENT_VOLUME_CLAIM, SERVICE)
+APPLY_FIRST = (
+    SERVICE_ACCOUNT,
+    CONFIG_MAP,
+    PERSISTENT_VOLUME_CLAIM,
+    SERVICE,
+    DEPLOYMENT,
+    TRAINING_RUNTIME,
+)
 APPLY_LAST = (POD_MONITOR,)
 # The objects beside a job that kubeddp renders, submits or reads.
 COMPANION_RESOURCES = (
     CONFIG_MAP,
     PERSISTENT_VOLUME_CLAIM,
     SERVICE,
+    DEPLOYMENT,
     POD,
     SERVICE_ACCOUNT,
     ROLE,
     ROLE_BINDING,
     POD_MONITOR,
+    TRAINING_RUNTIME,
 )

@@ -219,15 +219,27 @@ def _pydantic_walk(value: Any, annotation: Any, path: list[Any], issues: list[Is
 
 
 def trainjob_sdk_issues(doc: dict) -> list[Issue]:
-    import pydantic
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 
+    return _trainer_sdk_issues(doc, TrainerV1alpha1TrainJob)
+
+
+def trainingruntime_sdk_issues(doc: dict) -> list[Issue]:
+    """The TrainingRuntime kubeddp renders beside a TrainJob, against the same SDK's model."""
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime
+
+    return _trainer_sdk_issues(doc, TrainerV1alpha1TrainingRuntime)
+
+
+def _trainer_sdk_issues(doc: dict, model: Any) -> list[Issue]:
+    import pydantic
+
     issues: list[Issue] = []
-    _pydantic_walk(doc, TrainerV1alpha1TrainJob, [], issues)
+    _pydantic_walk(doc, model, [], issues)
     if issues:
         return issues
     try:  # what the walk cannot see: required fields, the models' own validators
-        TrainerV1alpha1TrainJob.from_dict(doc)
+        model.from_dict(doc)
     except pydantic.ValidationError as exc:
         for error in exc.errors():
             issues.append((join_path(list(error["loc"])), f"{error['msg']} (in {exc.title})"))

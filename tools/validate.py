@@ -17,6 +17,7 @@ from kubeddp.trainer import yaml_io
 
 # Files that sit beside manifests but are never sent to the API server.
 NOT_CLUSTER_OBJECTS = ("kustomize.config.k8s.io/",)
+TRAINING_RUNTIME_KEY = "trainer.kubeflow.org/v1alpha1/TrainingRuntime"  # beside a TrainJob
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
         issues = kind.schema_issues(doc)
     elif key == POD_MONITOR.key:
         issues = _podmonitor_issues(doc)
+    elif key == TRAINING_RUNTIME_KEY:
+        issues = schema_checks.trainingruntime_sdk_issues(doc)
     else:
         try:
             issues = schema_checks.core_issues(doc)
@@ -103,7 +106,7 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
                 (
                     "(document)",
                     f"no schema known for {key}; kubeddp validates core kinds, "
-                    "PyTorchJob, TrainJob and PodMonitor",
+                    "PyTorchJob, TrainJob, TrainingRuntime and PodMonitor",
                 )
             ]
     if kind:

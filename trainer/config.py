@@ -249,7 +249,11 @@ class DDPConfig:
 
 @dataclass
 class CheckpointConfig:
-    dir: str = setting("checkpoints", "where checkpoints go (`/checkpoints` in pods)")
+    dir: str = setting(
+        "checkpoints",
+        "where checkpoints go (`/checkpoints` in pods): a directory of their own, or "
+        "`s3://bucket/prefix`",
+    )
     every_steps: int = setting(
         0,
         "save every N optimizer steps; 0 = at the end of each epoch only",
@@ -287,12 +291,30 @@ class MetricsConfig:
 
 
 @dataclass
+class RetriesConfig:
+    without_progress: int = setting(
+        5,
+        "restarts of a pod allowed while the newest checkpoint does not advance; one more and "
+        "launch exits 5 (retries exhausted) with the last failure as the pod's termination "
+        "message; 0 = no limit",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
+    rejoin: bool = setting(
+        True,
+        "when a peer in another pod is lost, this pod stays up and rejoins the rendezvous "
+        "(only the lost pod is recreated); false: it exits 201/143 and is recreated too",
+    )
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    retries: RetriesConfig = field(default_factory=RetriesConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

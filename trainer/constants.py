@@ -22,7 +22,7 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # With --script/--module (a user's own program) only these config keys still apply (a section
 # alone: all of its keys): launch's metrics endpoint and the SIGTERM grace. launch refuses
 # --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds")
+PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries")
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
@@ -52,6 +52,14 @@ METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
+# The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a
+# ReadWriteOnce claim and serves its files; training pods fill checkpoint.dir (an emptyDir)
+# from it and send back what rank 0 writes (trainer/launcher/checkpoint_sync.py).
+KEEPER_PORT = 9410
+ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
+ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
+# "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
+ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (

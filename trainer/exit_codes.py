@@ -34,12 +34,14 @@ TRAINING_FAILED = 1
 BAD_INPUT = 2
 CLUSTER_ERROR = 3
 INTERNAL_ERROR = 4
+RETRIES_EXHAUSTED = 5
 WAIT_TIMEOUT = 124
 INTERRUPTED = 130
 KILLED = 137
 PREEMPTED = 143
 RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
+STORAGE_UNREACHABLE = 202
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -75,6 +77,14 @@ TABLE: tuple[ExitCode, ...] = (
         "report it",
     ),
     ExitCode(
+        RETRIES_EXHAUSTED,
+        "retries exhausted",
+        "training",
+        "the pod was restarted `retries.without_progress` times while the newest checkpoint did "
+        "not advance (the one line and the pod's termination message name the last failure)",
+        "fix what the last failure names (out of memory: give the pod more memory); resubmit",
+    ),
+    ExitCode(
         WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"
     ),
     ExitCode(
@@ -89,7 +99,8 @@ TABLE: tuple[ExitCode, ...] = (
         "killed",
         "training",
         "a worker was killed (SIGKILL: out of memory, or the grace period ran out)",
-        "retried; if it repeats, give the pod more memory",
+        "retried until `retries.without_progress` restarts made no progress; if it repeats, "
+        "give the pod more memory",
     ),
     ExitCode(
         PREEMPTED,
@@ -112,6 +123,15 @@ TABLE: tuple[ExitCode, ...] = (
         "another process, pod or node failed, or the network or rendezvous store went away "
         "(a collective failed or timed out)",
         "retried; resumes from the newest checkpoint",
+    ),
+    ExitCode(
+        STORAGE_UNREACHABLE,
+        "checkpoint storage unreachable",
+        "training",
+        "the checkpoint storage (an S3 endpoint, or the job's checkpoint keeper pod) did not "
+        "answer at start",
+        "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it, "
+        "or the keeper pod <job>-keeper and its claim",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end on a real Kubernetes (kind): the CPU image, the operators, gloo jobs to Succeeded.
 #
-#   tests/e2e/kind.sh training-operator   # Training Operator v1.9: PyTorchJob from k8s/,
-#                                         # the Helm chart (ci values), an elastic PyTorchJob
+#   tests/e2e/kind.sh training-operator   # Training Operator v1.9: PyTorchJob from k8s/, a
+#                                         # Worker-only PyTorchJob, the Helm chart (ci values),
+#                                         # an elastic PyTorchJob
 #   tests/e2e/kind.sh trainer             # Kubeflow Trainer v2.3 (Helm chart) + JobSet: TrainJob
 #   tests/e2e/kind.sh indexedjob          # no operator: a batch/v1 Indexed Job
 #
@@ -13,7 +14,10 @@
 # Every job must reach Succeeded/Complete; rank 0's log must show the expected world size and a
 # final loss below the first; while the elastic job trains, its /metrics must report
 # kubeddp_world_size, then one of its pods is deleted mid-training, must be recreated, must
-# train in the group again (its own /metrics) and the job must resume from a checkpoint. A check
+# train in the group again (its own /metrics) and the job must resume from a checkpoint. Every
+# kind (Worker-only PyTorchJob, the chart, elastic, TrainJob, Indexed Job) loses a pod
+# mid-training, the rank-0 pod (worker-0, the c10d store host, completion index 0) included,
+# and must resume from its checkpoint and succeed. A check
 # that cannot be exercised (the job ended first) fails the run; every wait polls until the
 # object exists. On any failure: pods, events, descriptions and logs are printed.
 set -euo pipefail
@@ -21,8 +25,9 @@ cd "$(dirname "$0")/../.."
 
 LEG="${1:?usage: tests/e2e/kind.sh training-operator|trainer|indexedjob}"
 CLUSTER="${KIND_CLUSTER:-kubeddp-e2e}"
-# kind v0.25.0's image for Kubernetes 1.31 (tag and digest from the kind release notes).
-NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.31.2@sha256:18fbefc20a7113353c7b75b5c869d7145a6abd6269154825872dc59c1329912e}"
+# kind v0.29.0's image for Kubernetes 1.33 (tag and digest from the kind release notes):
+# Kubeflow Trainer v2.3 supports Kubernetes 1.32-1.35.
+NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f}"
 TRAINING_OPERATOR_REF="v1.9.4"
 TRAINER_REF="v2.3.0"
 KUSTOMIZE_BASE="github.com/kubeflow/trainer.git/manifests/overlays"
@@ -48,6 +53,7 @@ CPU_POD=(--image "${IMAGE}" --cpu 250m --memory 512Mi --memory-limit 1Gi --shm-s
 # TrainJob has no pull-policy field (the runtime's container decides; a tag other than
 # :latest means IfNotPresent): render refuses the option for it.
 PULL_LOCAL=(--image-pull-policy IfNotPresent)
+RANK0_SELECTOR=""  # the pod lose_rank0_pod deletes (set per job)
 created_cluster=0
 cluster_ready=0
 
@@ -255,6 +261,54 @@ replace_pod() {
   log "${pod} recreated by the operator"
 }
 
+# pod_by_selector SELECTOR: the name of the one live pod that matches (Jobs add a random suffix).
+pod_by_selector() {
+  kubectl get pods -l "$1" --field-selector=status.phase!=Failed,status.phase!=Succeeded \
+    -o jsonpath='{.items[0].metadata.name}' 2> /dev/null || true
+}
+
+# replace_pod_by_selector SELECTOR JOB_KIND JOB_NAME: delete the pod that matches mid-run (the
+# pod gets SIGTERM, saves and stops); a new pod must take its place and run while the job runs.
+replace_pod_by_selector() {
+  local selector="$1" pod new end=$((SECONDS + 300))
+  until pod="$(pod_by_selector "${selector}")" && [ -n "${pod}" ]; do
+    [ "${SECONDS}" -lt "${end}" ] || fail "no pod matches ${selector} after 300s"
+    sleep 2
+  done
+  wait_pod_running "${pod}"
+  fail_if_finished "$2" "$3" "a pod of ${selector} could be replaced"
+  log "deleting ${pod} (${selector}) mid-run"
+  kubectl delete pod "${pod}" --wait=false
+  until new="$(pod_by_selector "${selector}")" && [ -n "${new}" ] && [ "${new}" != "${pod}" ]; do
+    [ "${SECONDS}" -lt "${end}" ] || fail "no new pod for ${selector} within 300s"
+    sleep 2
+  done
+  wait_pod_running "${new}"
+  log "${pod} replaced by ${new}"
+}
+
+# wait_training SELECTOR JOB_KIND JOB_NAME: some pod of the job logged a training step past the
+# first checkpoint (so a pod lost now resumes from a step > 0).
+wait_training() {
+  local end=$((SECONDS + 300))
+  until kubectl logs -l "$1" --tail=-1 --max-log-requests 10 2> /dev/null \
+    | grep -Eq '^step [0-9]*[1-9][0-9]{3}/'; do
+    fail_if_finished "$2" "$3" "it trained past its first checkpoint"
+    [ "${SECONDS}" -lt "${end}" ] || fail "$1: no step >= 1000 logged in 300s"
+    sleep 3
+  done
+}
+
+# lose_rank0_pod SELECTOR JOB_KIND JOB_NAME: mid-training, the pod of node rank 0 is deleted; the
+# job must replace it, resume from its checkpoint and succeed.
+lose_rank0_pod() {
+  local selector="$1" kind="$2" name="$3"
+  wait_training "${selector}" "${kind}" "${name}"
+  replace_pod_by_selector "${RANK0_SELECTOR}" "${kind}" "${name}"
+  wait_job "${kind}" "${name}"
+  assert_resumed "${selector}"
+}
+
 # render KIND [OPTIONS...]: the CPU pod and the short run, then OPTIONS (a later --set wins).
 render() {
   local kind="$1"
@@ -270,11 +324,29 @@ leg_training_operator() {
   wait_job pytorchjob kubeddp-cpu
   assert_trained training.kubeflow.org/job-name=kubeddp-cpu 2
 
+  log "(a2) Worker-only PyTorchJob (the default shape): worker-0 lost mid-training"
+  local lost=kubeddp-workers-loss
+  render pytorchjob --name "${lost}" --nodes 2 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
+    "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${lost}.yaml"
+  kubectl apply -f "/tmp/${lost}.yaml"
+  RANK0_SELECTOR="training.kubeflow.org/job-name=${lost},training.kubeflow.org/replica-index=0"
+  lose_rank0_pod "training.kubeflow.org/job-name=${lost}" pytorchjob "${lost}"
+  assert_trained "training.kubeflow.org/job-name=${lost}" 2
+
   log "(b) helm install with charts/kubeddp/ci/cpu-kind-values.yaml"
   helm install ci charts/kubeddp -f charts/kubeddp/ci/cpu-kind-values.yaml
   wait_job pytorchjob kubeddp-ci
   assert_trained training.kubeflow.org/job-name=kubeddp-ci 4
   helm test ci --logs
+
+  log "(b2) the chart, longer: worker-0 lost mid-training"
+  helm install ci-loss charts/kubeddp -f charts/kubeddp/ci/cpu-kind-values.yaml \
+    --set fullnameOverride=kubeddp-ci-loss --set backoffLimit=null \
+    --set config.train.max_steps=30000 --set config.train.epochs=1000 \
+    --set config.train.log_every=1000 --set config.checkpoint.every_steps=1000
+  RANK0_SELECTOR="training.kubeflow.org/job-name=kubeddp-ci-loss,training.kubeflow.org/replica-index=0"
+  lose_rank0_pod training.kubeflow.org/job-name=kubeddp-ci-loss pytorchjob kubeddp-ci-loss
+  assert_trained training.kubeflow.org/job-name=kubeddp-ci-loss 4
 
   log "(c) elastic PyTorchJob 2:3 (kubeddp render): a pod replaced mid-training"
   local job=kubeddp-elastic-cpu
@@ -286,6 +358,9 @@ leg_training_operator() {
   replace_pod "${job}-worker-2" pytorchjob "${job}"
   # The recreated pod trains in the group of three again, before the job ends.
   assert_metrics "${job}-worker-2" 3 pytorchjob "${job}"
+  # worker-0 hosts the c10d store: the others rejoin the recreated one.
+  replace_pod "${job}-worker-0" pytorchjob "${job}"
+  assert_metrics "${job}-worker-0" 3 pytorchjob "${job}"
   wait_job pytorchjob "${job}"
   assert_resumed "training.kubeflow.org/job-name=${job}"
   assert_trained "training.kubeflow.org/job-name=${job}" 3
@@ -299,6 +374,16 @@ leg_trainer() {
   kubectl apply -f /tmp/kubeddp-trainjob-cpu.yaml
   wait_job trainjob kubeddp-trainjob-cpu
   assert_trained jobset.sigs.k8s.io/jobset-name=kubeddp-trainjob-cpu 2
+
+  log "TrainJob, 3 nodes on its own TrainingRuntime: node 0 lost mid-training"
+  local lost=kubeddp-trainjob-loss selector
+  render trainjob --name "${lost}" --nodes 3 --nproc-per-node 1 "${ELASTIC_TRAIN_ARGS[@]}" \
+    > "/tmp/${lost}.yaml"
+  kubectl apply -f "/tmp/${lost}.yaml"
+  selector="jobset.sigs.k8s.io/jobset-name=${lost}"
+  RANK0_SELECTOR="${selector},batch.kubernetes.io/job-completion-index=0"
+  lose_rank0_pod "${selector}" trainjob "${lost}"
+  assert_trained "${selector}" 3
 }
 
 leg_indexedjob() {
@@ -308,6 +393,16 @@ leg_indexedjob() {
   kubectl apply -f /tmp/kubeddp-indexed-cpu.yaml
   wait_job job kubeddp-indexed-cpu
   assert_trained batch.kubernetes.io/job-name=kubeddp-indexed-cpu 2
+
+  log "Indexed Job, 3 pods: index 0 (the rendezvous host) lost mid-training"
+  local lost=kubeddp-indexed-loss selector
+  render indexedjob --name "${lost}" --nodes 3 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
+    "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${lost}.yaml"
+  kubectl apply -f "/tmp/${lost}.yaml"
+  selector="batch.kubernetes.io/job-name=${lost}"
+  RANK0_SELECTOR="${selector},batch.kubernetes.io/job-completion-index=0"
+  lose_rank0_pod "${selector}" job "${lost}"
+  assert_trained "${selector}" 3
 }
 
 # Sourced (to reuse the helpers): define them, run nothing.

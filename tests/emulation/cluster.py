@@ -20,7 +20,15 @@ Deviations from a real cluster, each on purpose:
 - init-pytorch's `nslookup` loop runs as the same loop over `getent hosts` (names resolve
   through the hosts file here); other init containers are not emulated;
 - the kubelet's restart back-off is a fixed delay (no doubling); no resource limits, probes,
-  securityContext enforcement inside the pod, or image pulls.
+  securityContext enforcement inside the pod, or image pulls;
+- every pod incarnation is scheduled onto a node of its own (a recreated pod lands elsewhere,
+  as after a node loss); storage.py decides whether its claims let it start there (a pod that
+  cannot stays Pending and is tried again at every tick); the default StorageClass offers every
+  access mode unless a test gives the cluster other classes.
+- the container's terminationMessagePath is a file per pod incarnation, named to the
+  container by KUBEDDP_TERMINATION_LOG (the kubelet mounts it at /dev/termination-log);
+- the Job controller's pod-recreation back-off (10 s doubling, 6 min cap) is real by default;
+  `job_backoff_scale` shrinks it for tests that only need its order of events.
 """
 
 from __future__ import annotations
@@ -46,11 +54,15 @@ from controllers import (
     FAIL,
     RECREATE,
     RESTART_IN_PLACE,
+    RESTART_JOBSET,
     SUCCEEDED,
     Counters,
     Ended,
     decide,
+    job_failure_reason,
+    job_recreation_delay,
     job_succeeded,
+    jobset_on_job_failure,
     restricted_violations,
 )
 from operator_env import (
@@ -62,6 +74,7 @@ from operator_env import (
     container_env,
     expand,
 )
+from storage import RWX_NFS, Storage, StorageClass, claim_names
 
 POD_NETWORK = ipaddress.ip_network("198.51.100.0/24")
 NAMESPACE = "default"
@@ -73,6 +86,10 @@ KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT"
 # The kubelet's first restart back-off (CrashLoopBackOff starts at 10 s).
 RESTART_DELAY_SECONDS = 10.0
 DISRUPTION_TARGET = "DisruptionTarget"
+ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
+# kubelet: FallbackToLogsOnError takes the last 80 lines or 2048 bytes of the log, the smaller
+FALLBACK_LINES = 80
+FALLBACK_BYTES = 2048
 
 
 class EmulationError(AssertionError):
@@ -126,6 +143,11 @@ class PodRun:
     conditions: set[str] = field(default_factory=set)
     kill_at: float | None = None  # end of the termination grace period
     done: bool = False  # the pod is finished (succeeded, or failed and replaced)
+    node: str = ""  # the node it is scheduled on
+    pending: str = ""  # why it has not started (its volumes), "" once it runs
+    gone: bool = False  # deleted: no DNS record any more
+    ended_at: float | None = None  # time.monotonic() when its container ended
+    message: str = ""  # the termination message of its container's last end
 
     def output(self) -> str:
         try:
@@ -156,12 +178,19 @@ class EmulatedCluster:
         pod_security: str | None = None,
         restart_delay_seconds: float = RESTART_DELAY_SECONDS,
         image_files: dict[str, Path] | None = None,
+        storage_classes: list[StorageClass] | None = None,
+        job_backoff_scale: float = 1.0,
     ) -> None:
         self.pod_security = pod_security  # the namespace's enforced level: None | restricted
         # Paths the image holds (what its Dockerfile COPYs, e.g. /app/train.py) -> the host file
         # that stands for each; a volume mounted over one shadows it, as in a real pod.
         self.image_files = dict(image_files or {})
         self.restart_delay_seconds = restart_delay_seconds
+        self.job_backoff_scale = job_backoff_scale
+        # pod name -> (time.monotonic() to create it, its plan, attempt): the Job controller's
+        # recreation back-off
+        self.pending: dict[str, tuple[float, PodPlan, int]] = {}
+        self.created_at: dict[str, list[float]] = {}  # pod name -> when each incarnation began
         self.rejected: dict[str, list[str]] = {}  # pod name -> Pod Security violations
         self.run_id = uuid.uuid4().hex[:6]
         self._owns_workdir = workdir is None  # a caller's directory keeps the logs
@@ -175,6 +204,8 @@ class EmulatedCluster:
         self.history: list[PodRun] = []
         self.status = JobStatus()
         self.volumes: dict[str, Path] = {}
+        self.storage = Storage(storage_classes if storage_classes is not None else [RWX_NFS])
+        self._nodes = 0
         self._make_bridge()
 
     # ------------------------------------------------------------ network
@@ -220,6 +251,8 @@ class EmulatedCluster:
     def hosts_file(self) -> str:
         lines = ["127.0.0.1 localhost"]
         for run in self.pods.values():
+            if run.gone:
+                continue
             names = []
             for name in run.plan.dns_names:
                 names.append(name)
@@ -231,6 +264,8 @@ class EmulatedCluster:
     def _write_hosts(self) -> None:
         text = self.hosts_file()
         for run in self.pods.values():
+            if run.gone:
+                continue
             path = Path("/etc/netns") / run.ns / "hosts"
             # in place: the running pod's /etc/hosts is a bind mount of this very inode
             with open(path, "r+" if path.exists() else "w") as f:
@@ -338,11 +373,27 @@ class EmulatedCluster:
         log_dir.mkdir(parents=True, exist_ok=True)
         run = PodRun(plan, attempt, ns, address, log_dir / f"{plan.name}.{attempt}.log")
         run.init_left = list(plan.init_containers)
+        run.node = f"node-{self._nodes}"
+        self._nodes += 1
         self.pods[plan.name] = run
         self.history.append(run)
+        self.created_at.setdefault(plan.name, []).append(time.monotonic())
         self._write_hosts()
-        self._next_step(run)
+        self._schedule(run)
         return run
+
+    def _schedule(self, run: PodRun) -> None:
+        """Start the pod if its claims let it run on its node, else leave it Pending."""
+        claims = claim_names(run.plan.volumes)
+        reason = self.storage.blocked(run.plan.name, run.node, claims)
+        if reason:
+            if reason != run.pending:
+                self.status.events.append(reason)
+            run.pending = reason
+            return
+        run.pending = ""
+        self.storage.attach(run.plan.name, run.node, claims)
+        self._next_step(run)
 
     def _next_step(self, run: PodRun) -> None:
         """Start the next init container, or the main container once they all succeeded."""
@@ -377,6 +428,9 @@ class EmulatedCluster:
         if "/tmp" in mounts:
             env["TMPDIR"] = str(mounts["/tmp"])
             env.setdefault("HOME", str(mounts["/tmp"]))
+        termination_log = run.log_path.with_suffix(".termination-log")
+        termination_log.write_text("")  # the kubelet's file, empty at every container start
+        env[ENV_TERMINATION_LOG] = str(termination_log)
         run.exit_code = None
         run.popen = self._spawn(run, self._argv(plan, env, mounts), env, mounts)
 
@@ -414,6 +468,12 @@ class EmulatedCluster:
         if self.plan is not None:
             raise EmulationError("one job per EmulatedCluster")
         self.plan = plan
+        for claim in plan.claims:
+            made = self.storage.add_claim(claim)
+            if made.phase != "Bound":
+                self.status.events.append(f"claim {made.name} Pending: {made.reason}")
+        for pod in plan.deployments:  # e.g. the checkpoint keeper, before the job's pods
+            self._create_pod(pod, 0)
         for pod in plan.pods:
             self.status.restarts[pod.name] = 0
             self._create_pod(pod, 0)
@@ -461,17 +521,45 @@ class EmulatedCluster:
         if code is None or run.exit_code is not None:
             return None
         run.exit_code = 128 - code if code < 0 else code
+        run.ended_at = now
+        run.message = self._termination_message(run)
         return Ended(run.plan, run.exit_code, set(run.conditions))
+
+    def _termination_message(self, run: PodRun) -> str:
+        """What the container wrote to its termination log; after a failure with nothing
+        written, the log's tail (terminationMessagePolicy FallbackToLogsOnError)."""
+        path = run.log_path.with_suffix(".termination-log")
+        text = path.read_text(errors="replace") if path.exists() else ""
+        policy = run.plan.container.get("terminationMessagePolicy", "File")
+        if not text and run.exit_code and policy == "FallbackToLogsOnError":
+            tail = run.output().splitlines()[-FALLBACK_LINES:]
+            text = "\n".join(tail).encode()[-FALLBACK_BYTES:].decode(errors="replace")
+        return text
 
     def tick(self) -> JobStatus:
         assert self.plan is not None
         if self.status.phase != "Running":
             return self.status
+        now = time.monotonic()
+        for name, (at, plan, attempt) in list(self.pending.items()):
+            if now >= at:
+                del self.pending[name]
+                self._create_pod(plan, attempt)
         for name, run in list(self.pods.items()):
             if run.done:
                 continue
+            if run.pending:
+                self._schedule(run)
+                continue
             ended = self._ended(run)
             if ended is None:
+                continue
+            if run.plan.replica_type == "Deployment":  # restartPolicy Always, not the job's
+                kill_netns_processes(run.ns)
+                self.status.events.append(f"{name}: exit {ended.exit_code} -> restart")
+                run.restarts += 1
+                run.popen = None
+                run.start_at = time.monotonic() + self.restart_delay_seconds
                 continue
             # The container's end takes its other processes (torchrun's workers) with it.
             kill_netns_processes(run.ns)
@@ -481,6 +569,22 @@ class EmulatedCluster:
             )
             if decision.action == SUCCEEDED:
                 run.done = True
+                self.status.counters.failures_since_success = 0
+            elif decision.action == FAIL and self.plan.kind == "TrainJob":
+                action, why = jobset_on_job_failure(
+                    self.plan.jobset_failure_policy,
+                    self.status.counters,
+                    job_failure_reason(decision),
+                )
+                self.status.events.append(f"JobSet: {action} {why}")
+                if action != RESTART_JOBSET:
+                    self.status.phase = "Failed"
+                    self.status.reason = (
+                        f"pod {name} exited {ended.exit_code}: {decision.reason}; {why}"
+                    )
+                    return self.status
+                self._restart_jobset()
+                return self.status
             elif decision.action == FAIL:
                 self.status.phase = "Failed"
                 self.status.reason = f"pod {name} exited {ended.exit_code}: {decision.reason}"
@@ -494,12 +598,39 @@ class EmulatedCluster:
                 assert decision.action == RECREATE
                 self.status.restarts[name] += 1
                 run.done = True
+                run.gone = True
                 self._drop_namespace(run.ns)
-                self._create_pod(run.plan, run.attempt + 1)
+                self.storage.release(name)  # the old pod is deleted: its volumes detach
+                delay = 0.0
+                if self.plan.batch_job:
+                    failures = self.status.counters.failures_since_success
+                    delay = job_recreation_delay(failures) * self.job_backoff_scale
+                if delay > 0:
+                    self.pending[name] = (time.monotonic() + delay, run.plan, run.attempt + 1)
+                    self.status.events.append(f"{name}: recreated in {delay:.0f}s (back-off)")
+                    self._write_hosts()
+                else:
+                    self._create_pod(run.plan, run.attempt + 1)
         done = {n for n, r in self.pods.items() if r.done and r.exit_code == 0}
         if job_succeeded(self.plan, done):
             self.status.phase = "Succeeded"
         return self.status
+
+    def _restart_jobset(self) -> None:
+        """JobSet restartStrategy Recreate: every child Job is deleted with its pods and made
+        again (new Job objects: their counters and back-off start from zero)."""
+        assert self.plan is not None
+        self.pending.clear()
+        for run in list(self.pods.values()):
+            if not run.gone:
+                kill_netns_processes(run.ns)
+                run.done = run.gone = True
+                self._drop_namespace(run.ns)
+        counters = self.status.counters
+        counters.failed = counters.restarts = counters.failures_since_success = 0
+        for pod in self.plan.pods:
+            self.status.restarts[pod.name] += 1
+            self._create_pod(pod, self.pods[pod.name].attempt + 1)
 
     def run_until(self, predicate: Callable[[], object], timeout: float, what: str) -> object:
         end = time.monotonic() + timeout
@@ -544,6 +675,38 @@ class EmulatedCluster:
         if len(matches) != 1:
             raise EmulationError(f"volume {key_prefix!r}: found {sorted(self.volumes)}")
         return matches[0]
+
+    def pod_objects(self) -> list[dict[str, Any]]:
+        """The job's pods as the API would list them: phase, restartCount, and the container's
+        current or last end with its termination message (what `kubeddp status` reads)."""
+        found = []
+        for name, run in self.pods.items():
+            terminated = {}
+            if run.exit_code is not None:
+                terminated = {"exitCode": run.exit_code, "message": run.message}
+            state = {"terminated": terminated} if terminated else {"running": {}}
+            phase = "Running" if not terminated else (
+                "Succeeded" if run.exit_code == 0 else "Failed"
+            )  # fmt: skip
+            container = {"name": run.plan.container.get("name"), "restartCount": run.restarts}
+            found.append({
+                "metadata": {"name": name, "labels": dict(run.plan.labels)},
+                "spec": {"nodeName": f"emulated-{run.ns}"},
+                "status": {"phase": phase, "containerStatuses": [{**container, "state": state}]},
+            })  # fmt: skip
+        return found
+
+    def job_conditions(self) -> list[dict[str, str]]:
+        """The job's status.conditions: Succeeded/Complete or Failed with the reason."""
+        if self.status.phase == "Running":
+            return [{"type": "Running", "status": "True", "reason": "Running", "message": ""}]
+        kind = self.plan.kind if self.plan else ""
+        done = "Succeeded" if kind == "PyTorchJob" else "Complete"
+        kind_type = done if self.status.phase == "Succeeded" else "Failed"
+        return [
+            {"type": kind_type, "status": "True", "reason": kind_type,
+             "message": self.status.reason}
+        ]  # fmt: skip
 
     # ------------------------------------------------------------ cleanup
     def close(self) -> None:

@@ -5,9 +5,13 @@ Sources: training-operator v1.9.4 (TO) `pkg/controller.v1/common/pod.go` Reconci
 `common/job.go` ReconcileJobs, `pkg/core/job.go` PastBackoffLimit, `pkg/core/pod.go`
 SetRestartPolicy, `pytorchjob_controller.go` UpdateJobStatus; the Kubernetes Job controller
 (`pkg/controller/job/job_controller.go`, `pod_failure_policy.go`) and its API
-(k8s.io/api v0.36.2 `batch/v1/types.go`); JobSet v0.12.0 `failure_policy.go` (no
-failurePolicy: the first failed Job fails the JobSet, and the TrainJob copies it); the Pod
-Security Standards (the `restricted` profile) for admission.
+(k8s.io/api v0.36.2 `batch/v1/types.go`) and its pod-recreation back-off
+(`pkg/controller/job/backoff_utils.go`: 10 s doubling per failed pod since the last success, at
+most 6 min; since kubernetes PR #119434 pods a podFailurePolicy Ignores count too, issue
+#130881); JobSet v0.12.0 `pkg/controllers/failure_policy.go` (no failurePolicy: the first failed
+Job fails the JobSet, and the TrainJob copies it; with one, the first matching rule's action,
+else RestartJobSet, until restarts reach maxRestarts); the Pod Security Standards (the
+`restricted` profile) for admission.
 """
 
 from __future__ import annotations
@@ -32,6 +36,23 @@ class Counters:
 
     failed: int = 0  # batch Job: failed pods counted against backoffLimit (.status.failed)
     restarts: int = 0  # container restarts in place (restartCount) summed over the pods
+    # batch Job: failed pods since the last success, counted or Ignored alike (the back-off
+    # record's failuresAfterLastSuccess): what the pod-recreation delay grows with
+    failures_since_success: int = 0
+    jobset_restarts: int = 0  # JobSet: gang restarts so far (.status.restarts)
+
+
+# K8S backoff_utils.go / job_controller.go: DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff
+JOB_POD_FAILURE_BACKOFF_SECONDS = 10.0
+JOB_POD_FAILURE_BACKOFF_MAX_SECONDS = 360.0
+
+
+def job_recreation_delay(failures_since_success: int) -> float:
+    """Seconds the Job controller waits before it creates the replacement of a failed pod."""
+    if failures_since_success <= 0:
+        return 0.0
+    delay = JOB_POD_FAILURE_BACKOFF_SECONDS * 2 ** (failures_since_success - 1)
+    return min(delay, JOB_POD_FAILURE_BACKOFF_MAX_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,7 @@ def _job_pod_failed(plan: JobPlan, counters: Counters, ended: Ended) -> Decision
     """A batch/v1 Job pod in phase Failed: its pod failure policy, then backoffLimit."""
     action = match_pod_failure_policy(plan.pod_failure_rules, ended)
     code = ended.exit_code
+    counters.failures_since_success += 1  # Ignored ones too (PR #119434)
     if action == "FailJob":
         return Decision(FAIL, f"PodFailurePolicy: pod {ended.pod.name} exited {code}")
     if action == "Ignore":
@@ -96,6 +118,40 @@ def _job_pod_failed(plan: JobPlan, counters: Counters, ended: Ended) -> Decision
     if plan.backoff_limit is not None and counters.failed > plan.backoff_limit:
         return Decision(FAIL, f"BackoffLimitExceeded: {counters.failed} failed pods", True)
     return Decision(RECREATE, f"counted: {counters.failed} failed pods", True)
+
+
+# JobSet: the reason a child Job failed, as the Job controller writes it in its Failed condition
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "PodFailurePolicy", "DeadlineExceeded")
+RESTART_JOBSET = "RestartJobSet"
+FAIL_JOBSET = "FailJobSet"
+
+
+def job_failure_reason(decision: Decision) -> str:
+    return decision.reason.split(":", 1)[0]
+
+
+def jobset_on_job_failure(
+    policy: dict[str, Any] | None, counters: Counters, reason: str
+) -> tuple[str, str]:
+    """JobSet failure_policy.go: what a failed child Job does to the JobSet (FAIL_JOBSET or
+    RESTART_JOBSET, and why); a restart is counted in `counters`."""
+    if policy is None:
+        return FAIL_JOBSET, f"FailedJobs: a Job failed ({reason}) and there is no failurePolicy"
+    action = RESTART_JOBSET
+    for rule in policy.get("rules") or []:
+        reasons = rule.get("onJobFailureReasons") or []
+        if not reasons or reason in reasons:
+            action = rule["action"]
+            break
+    if action == FAIL_JOBSET:
+        return FAIL_JOBSET, f"FailJobSetAction: rule for {reason}"
+    if action == RESTART_JOBSET:
+        limit = int(policy.get("maxRestarts") or 0)
+        if counters.jobset_restarts >= limit:
+            return FAIL_JOBSET, f"ReachedMaxRestarts: {counters.jobset_restarts} restarts"
+        counters.jobset_restarts += 1
+        return RESTART_JOBSET, f"restart {counters.jobset_restarts} of {limit} ({reason})"
+    raise ValueError(f"JobSet failurePolicy action {action!r} is not emulated")
 
 
 def match_pod_failure_policy(rules: list[dict[str, Any]], ended: Ended) -> str:

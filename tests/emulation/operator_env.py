@@ -145,6 +145,16 @@ class JobPlan:
     elastic: bool = False
     pod_failure_rules: list[dict[str, Any]] = field(default_factory=list)  # batch/v1 Job
     configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
+    claims: list[dict[str, Any]] = field(default_factory=list)  # PersistentVolumeClaims to make
+    deployments: list[PodPlan] = field(default_factory=list)  # pods of Deployments beside the job
+    # TrainJob: the JobSet's failurePolicy (None: the first failed Job fails the JobSet)
+    jobset_failure_policy: dict[str, Any] | None = None
+
+    @property
+    def batch_job(self) -> bool:
+        """Pods made by the Job controller (Indexed Job, a TrainJob's Jobs): its recreation
+        back-off applies."""
+        return self.kind in ("IndexedJob", "TrainJob")
 
 
 def load_documents(text: str) -> list[dict[str, Any]]:
@@ -536,6 +546,7 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
         pod_failure_rules=copy.deepcopy(
             (batch_spec.get("podFailurePolicy") or {}).get("rules", [])
         ),
+        jobset_failure_policy=copy.deepcopy(jobset.get("failurePolicy")),
     )
 
 
@@ -613,14 +624,57 @@ def plan_from_documents(docs: list[dict[str, Any]]) -> JobPlan:
     if len(jobs) != 1:
         raise ManifestError(f"expected one PyTorchJob/TrainJob/Job, found {len(jobs)}")
     job = jobs[0]
+    runtimes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "TrainingRuntime"}
     if job["kind"] == "PyTorchJob":
         plan = pytorchjob_plan(job)
     elif job["kind"] == "TrainJob":
-        plan = trainjob_plan(job)
+        ref = job["spec"].get("runtimeRef", {})
+        runtime = runtimes.get(ref.get("name")) if ref.get("kind") == "TrainingRuntime" else None
+        if ref.get("kind") == "TrainingRuntime" and runtime is None:
+            raise ManifestError(f"TrainJob runtimeRef {ref}: no such TrainingRuntime in the stream")
+        plan = trainjob_plan(job, runtime)
     else:
         plan = indexedjob_plan(job)
     plan.configmaps = configmaps
+    plan.claims = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    plan.deployments = [deployment_pod(d, services) for d in docs if d["kind"] == "Deployment"]
     return plan
+
+
+def deployment_pod(deployment: dict[str, Any], services: list[dict[str, Any]]) -> PodPlan:
+    """The one pod of a single-replica Deployment (K8S: the ReplicaSet names it
+    <deployment>-<template hash>-<random>; restartPolicy Always), and the Service that selects
+    it by labels (its DNS name then resolves to this pod)."""
+    spec = deployment["spec"]
+    if spec.get("replicas", 1) != 1:
+        raise ManifestError("only single-replica Deployments are emulated")
+    template = spec["template"]
+    pod_spec = template["spec"]
+    labels = dict(template.get("metadata", {}).get("labels", {}))
+    selecting = [
+        s["metadata"]["name"]
+        for s in services
+        if s["spec"].get("selector")
+        and all(labels.get(k) == v for k, v in s["spec"]["selector"].items())
+    ]
+    name = f"{deployment['metadata']['name']}-5d8f7c9b4-x2k9q"
+    (container,) = pod_spec["containers"]
+    return PodPlan(
+        name=name,
+        hostname=name,
+        subdomain="",
+        service=selecting[0] if selecting else "",
+        replica_type="Deployment",
+        index=0,
+        container=copy.deepcopy(container),
+        volumes=copy.deepcopy(pod_spec.get("volumes", [])),
+        operator_env={},
+        annotations=dict(template.get("metadata", {}).get("annotations", {})),
+        labels=labels,
+        security_context=copy.deepcopy(pod_spec.get("securityContext", {})),
+        termination_grace_seconds=_grace(pod_spec),
+    )
 
 
 # ---------------------------------------------------------------- container env, as kubelet

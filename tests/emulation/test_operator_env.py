@@ -10,11 +10,16 @@ import pytest
 from cluster import EmulatedCluster
 from controllers import (
     FAIL,
+    FAIL_JOBSET,
     RECREATE,
     RESTART_IN_PLACE,
+    RESTART_JOBSET,
     Counters,
     Ended,
     decide,
+    job_failure_reason,
+    job_recreation_delay,
+    jobset_on_job_failure,
     restricted_violations,
 )
 from operator_env import (
@@ -314,3 +319,61 @@ def test_indexed_job_policy_ignores_a_preemptions_cascade_and_counts_the_rest() 
     assert action(0, exit_codes.TRAINING_FAILED) == FAIL
     # A pod's own retryable failure (OOM) counts: the fourth exceeds backoffLimit 3.
     assert [action(1, exit_codes.KILLED) for _ in range(4)] == [RECREATE] * 3 + [FAIL]
+
+
+# ---- the failures issue 21 found, reproduced: summed backoff, growing delay, JobSet ----------
+
+
+def test_a_trainjob_on_trainers_runtime_fails_at_its_first_pod_failure_from_six_nodes() -> None:
+    """Trainer's torch-distributed: one failure makes every peer exit (201); their restarts
+    in place add up to the Job's backoffLimit 6, and with no JobSet failurePolicy the first
+    failed Job fails the TrainJob."""
+    plan = trainjob_plan(_trainjob({"numNodes": 8}))
+    assert plan.jobset_failure_policy is None
+    counters = Counters()
+    actions = [
+        decide(plan, counters, Ended(pod, exit_codes.PEER_FAILED)).action for pod in plan.pods
+    ]
+    assert actions[:5] == [RESTART_IN_PLACE] * 5 and actions[5] == FAIL
+    assert jobset_on_job_failure(None, counters, "BackoffLimitExceeded")[0] == FAIL_JOBSET
+
+
+def test_kubeddps_trainjob_runtime_survives_preemptions_and_restarts_the_gang() -> None:
+    plan = plan_from_documents(render_job("trainjob", "--name", "tj", "--nodes", "8"))
+    assert plan.restart_policy == {"node": "Never"} and plan.backoff_limit == 3
+    policy = plan.jobset_failure_policy
+    assert policy is not None and policy["maxRestarts"] == 3
+    counters = Counters()
+    # A preempted pod and whatever its peers end with are not counted, however often.
+    for _ in range(5):
+        ended = Ended(plan.pods[3], exit_codes.KILLED, {"DisruptionTarget"})
+        assert decide(plan, counters, ended).action == RECREATE
+        for pod in plan.pods[4:]:
+            assert decide(plan, counters, Ended(pod, exit_codes.PEER_FAILED)).action == RECREATE
+    assert counters.failed == 0
+    # Its own retryable failures (OOM) count; the Job fails, and the JobSet restarts the gang
+    # at most maxRestarts times.
+    decisions = [decide(plan, counters, Ended(plan.pods[1], exit_codes.KILLED)) for _ in range(4)]
+    assert [d.action for d in decisions] == [RECREATE] * 3 + [FAIL]
+    reason = job_failure_reason(decisions[-1])
+    assert reason == "BackoffLimitExceeded"
+    restarts = [jobset_on_job_failure(policy, counters, reason)[0] for _ in range(4)]
+    assert restarts == [RESTART_JOBSET] * 3 + [FAIL_JOBSET]
+    # A fatal exit code (the program's own error, an exhausted retry budget) ends it at once.
+    fatal = decide(plan, Counters(), Ended(plan.pods[0], exit_codes.RETRIES_EXHAUSTED))
+    assert fatal.action == FAIL and job_failure_reason(fatal) == "PodFailurePolicy"
+    assert jobset_on_job_failure(policy, Counters(), "PodFailurePolicy")[0] == FAIL_JOBSET
+
+
+def test_ignored_failures_still_grow_the_jobs_recreation_delay() -> None:
+    """kubernetes PR #119434 / issue #130881: one preemption in a 6-pod Indexed Job whose
+    peers all exit makes 6 failed pods, all Ignored, and the replacements wait 320 s."""
+    plan = plan_from_documents(render_job("indexedjob", "--name", "ij", "--nodes", "6"))
+    counters = Counters()
+    decide(plan, counters, Ended(plan.pods[2], exit_codes.PREEMPTED, {"DisruptionTarget"}))
+    for pod in (0, 1, 3, 4, 5):
+        decide(plan, counters, Ended(plan.pods[pod], exit_codes.PREEMPTED))
+    assert counters.failed == 0 and counters.failures_since_success == 6
+    assert job_recreation_delay(counters.failures_since_success) == 320
+    assert [job_recreation_delay(n) for n in (0, 1, 2, 3)] == [0, 10, 20, 40]
+    assert job_recreation_delay(32) == 360  # the 6 min cap: every later incident waits that

@@ -12,17 +12,18 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.launcher.agent import exit_code_of_failure
+from kubeddp.trainer.launcher.agent import AGENT_SIGKILL_AFTER_SECONDS, exit_code_of_failure
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def failed(tmp_path: Path, *exitcodes: int) -> ChildFailedError:
-    """Workers 0..n-1 failed with these codes (torch: -N for a death by signal N), in order."""
+def failed(tmp_path: Path, *exitcodes: int, late: tuple[int, ...] = ()) -> ChildFailedError:
+    """Workers 0..n-1 failed with these codes (torch: -N for a death by signal N), in order, one
+    second apart; the ranks in `late` the agent's shutdown timeout later (what it SIGKILLed)."""
     failures = {}
     for rank, code in enumerate(exitcodes):
         failure = ProcessFailure(rank, 1000 + rank, code, str(tmp_path / f"missing-{rank}.json"))
-        failure.timestamp = 100 + rank  # one second apart: rank order is time order
+        failure.timestamp = 100 + rank + (AGENT_SIGKILL_AFTER_SECONDS if rank in late else 0)
         failures[rank] = failure
     return ChildFailedError("kubeddp.trainer.worker", failures)
 
@@ -37,8 +38,24 @@ SIGKILLED = -int(signal.SIGKILL)
         ((SIGKILLED,), exit_codes.KILLED, "OOM-killed: 128 + 9, retried"),
         (
             (exit_codes.PEER_FAILED, SIGKILLED),
-            exit_codes.PEER_FAILED,
-            "a hung local peer the agent SIGKILLed after the timeout: still retried",
+            exit_codes.KILLED,
+            "a worker the kernel SIGKILLed (OOM) and a local peer that saw it: the pod's own "
+            "137, never a peer failure",
+        ),
+        (
+            (SIGKILLED, exit_codes.PEER_FAILED),
+            exit_codes.KILLED,
+            "OOM first, then the peer's collective failed",
+        ),
+        (
+            (SIGKILLED, exit_codes.PREEMPTED),
+            exit_codes.KILLED,
+            "OOM, then the agent stopped the local peer with SIGTERM: not a preemption",
+        ),
+        (
+            (-int(signal.SIGSEGV), exit_codes.PEER_FAILED),
+            128 + int(signal.SIGSEGV),
+            "a segfault wins over the peer that saw it",
         ),
         ((exit_codes.TRAINING_FAILED,), exit_codes.TRAINING_FAILED, "the program's own bug"),
         (
@@ -56,7 +73,6 @@ SIGKILLED = -int(signal.SIGKILL)
             exit_codes.PREEMPTED,
             "a preemption vote: every rank saved and stopped",
         ),
-        ((SIGKILLED, exit_codes.PREEMPTED), exit_codes.PREEMPTED, "preempted, then stopped"),
         ((exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED), exit_codes.BAD_INPUT, "the first"),
         ((-int(signal.SIGSEGV),), 128 + int(signal.SIGSEGV), "a crash by signal is >= 128"),
         (
@@ -68,6 +84,35 @@ SIGKILLED = -int(signal.SIGKILL)
 )
 def test_pod_exit_code(tmp_path: Path, codes: tuple[int, ...], expected: int, why: str) -> None:
     assert exit_code_of_failure(failed(tmp_path, *codes)) == expected, why
+
+
+@pytest.mark.parametrize(
+    ("codes", "late", "expected", "why"),
+    [
+        (
+            (exit_codes.PEER_FAILED, SIGKILLED),
+            (1,),
+            exit_codes.PEER_FAILED,
+            "a hung local peer the agent SIGKILLed after the shutdown timeout: still retried",
+        ),
+        (
+            (exit_codes.PREEMPTED, SIGKILLED),
+            (1,),
+            exit_codes.PREEMPTED,
+            "preempted; a worker too slow to save was SIGKILLed at the end of the timeout",
+        ),
+        (
+            (exit_codes.TRAINING_FAILED, SIGKILLED),
+            (1,),
+            exit_codes.TRAINING_FAILED,
+            "the program's own failure; the agent killed the rest",
+        ),
+    ],
+)
+def test_the_agents_late_sigkill_is_a_consequence(
+    tmp_path: Path, codes: tuple[int, ...], late: tuple[int, ...], expected: int, why: str
+) -> None:
+    assert exit_code_of_failure(failed(tmp_path, *codes, late=late)) == expected, why
 
 
 def test_earliest_failure_wins_over_rank_order(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def run_row(row: Row, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, st
     monkeypatch.setenv("KUBEDDP_DRY_RUN_GPUS", "0")
     for name, value in row.env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(launch, "run_torchrun", _never_started)
+    monkeypatch.setattr(launch, "run_agent", _never_started)
     monkeypatch.setattr(launch, "start_for_launch", _never_started)
     write_files(row, tmp_path)
     if row.in_tmp:

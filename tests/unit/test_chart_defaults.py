@@ -104,17 +104,19 @@ def test_defaults_are_the_designed_ones() -> None:
     assert values["gpusPerNode"] == 0
     assert values["elastic"]["maxRestarts"] == 3
     assert values["elastic"]["rdzvId"] == ""  # "" = the job name
-    # Progress survives pod recreation by default: a claim is created (ReadWriteMany for
-    # several pods, ReadWriteOnce for one); an emptyDir only when asked for by name.
+    # Progress survives pod recreation by default: a claim is created (ReadWriteOnce: one pod
+    # mounts it, or with several pods a keeper pod); an emptyDir only when asked for by name.
     assert values["checkpoints"] == {
         "existingClaim": "",
         "size": None,
         "storageClassName": "",
         "accessMode": None,
+        "storage": None,
         "lostOnRetry": False,
     }
     assert values["pytorchJob"] == {"masterReplica": False}  # Workers only: no init-pytorch
     assert values["trainJob"] == {
+        "ownRuntime": True,  # a TrainingRuntime with a gang failure policy, named after the job
         "runtimeName": "torch-distributed",
         "runtimeKind": "ClusterTrainingRuntime",
     }

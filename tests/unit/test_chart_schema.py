@@ -234,10 +234,10 @@ FAIL_RULES = {
         "demo",
         r"`restartPolicy` \(Never\) cannot be set for kind TrainJob: Trainer v2.3 runtimePatches",
     ),
-    "backoffLimit 0 with TrainJob": (
-        {"kind": "TrainJob", "backoffLimit": 0},
+    "backoffLimit with TrainJob on an installed runtime": (
+        {"kind": "TrainJob", "backoffLimit": 0, "trainJob": {"ownRuntime": False}},
         "demo",
-        r"`backoffLimit` \(0\) cannot be set for kind TrainJob",
+        r"`backoffLimit` cannot be set for kind TrainJob with `trainJob.ownRuntime` false",
     ),
     "ttl with TrainJob": (
         {"kind": "TrainJob", "ttlSecondsAfterFinished": 60},
@@ -350,6 +350,46 @@ FAIL_RULES = {
         {"env": {"A": "1"}, "extraEnv": [{"name": "A", "value": "2"}]},
         "demo",
         r"`extraEnv` entry A is also set in `env`",
+    ),
+    "checkpoints storage with lostOnRetry": (
+        {"checkpoints": {"storage": "keeper", "lostOnRetry": True}},
+        "demo",
+        r"`checkpoints.storage` \(keeper\) and `checkpoints.lostOnRetry` are both set",
+    ),
+    "ReadWriteOncePod mounted by several pods": (
+        {"nodes": 3, "checkpoints": {"accessMode": "ReadWriteOncePod", "storage": "mount"}},
+        "demo",
+        r"ReadWriteOncePod with 3 pods .* admits one pod in the whole cluster",
+    ),
+    "ReadWriteOnce mounted by several pods": (
+        {"nodes": 2, "checkpoints": {"accessMode": "ReadWriteOnce", "storage": "mount"}},
+        "demo",
+        r"ReadWriteOnce with 2 pods .* Multi-Attach; leave `checkpoints.storage` unset",
+    ),
+    "relative checkpoint dir": (
+        {"config": {"checkpoint": {"dir": "ck"}}},
+        "demo",
+        r'`config.checkpoint.dir` "ck" is not an absolute, clean path',
+    ),
+    "checkpoint dir on a path the pod needs": (
+        {"config": {"checkpoint": {"dir": "/etc"}}},
+        "demo",
+        r"`config.checkpoint.dir` /etc would put the checkpoints volume on or over /etc/kubeddp",
+    ),
+    "checkpoint dir on a user's volume": (
+        {
+            "config": {"checkpoint": {"dir": "/data/ck"}},
+            "volumes": [
+                {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "d"}}
+            ],
+        },
+        "demo",
+        r"`config.checkpoint.dir` /data/ck lies on the volume data mounted at /data",
+    ),
+    "a claim setting with s3 checkpoints": (
+        {"config": {"checkpoint": {"dir": "s3://bkt/run"}}, "checkpoints": {"size": "5Gi"}},
+        "demo",
+        r"`checkpoints.size` is set but `config.checkpoint.dir` is s3://bkt/run: S3 checkpoints",
     ),
     "dashboard labels without dashboard": (
         {"monitoring": {"dashboard": {"labels": {"team": "ml"}}}},

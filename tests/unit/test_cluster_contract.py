@@ -21,9 +21,13 @@ CRDS = reference.CRDS
 NS = fake_api.NAMESPACE
 PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
+RUNTIMES = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainingruntimes"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a claim by default
 PODS = f"/api/v1/namespaces/{NS}/pods"
+SERVICES = f"/api/v1/namespaces/{NS}/services"
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"  # the checkpoint keeper (2+ pods)
+STORAGE_CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,6 +53,8 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
     api.route("POST", CONFIGMAPS, 201, lambda: api.calls("POST")[-1]["body"])
     api.route("POST", CLAIMS, 201, lambda: api.calls("POST")[-1]["body"])
+    api.route("POST", SERVICES, 201, lambda: api.calls("POST")[-1]["body"])
+    api.route("POST", DEPLOYMENTS, 201, lambda: api.calls("POST")[-1]["body"])
     api.route("POST", PYTORCHJOBS, 201, lambda: api.calls("POST")[-1]["body"])
     code, out, err = run(
         [
@@ -67,23 +73,47 @@ def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
     )
     assert code == 0, err
     posts = api.calls("POST")
-    assert [p["path"] for p in posts] == [CONFIGMAPS, CLAIMS, PYTORCHJOBS]
+    assert [p["path"] for p in posts] == [CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS]
     assert all(p["query"] == {"dryRun": "All"} for p in posts)
     assert all(p["authorization"] == f"Bearer {TOKEN}" for p in api.requests)
-    assert posts[2]["body"]["kind"] == "PyTorchJob"
-    assert posts[2]["body"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert posts[4]["body"]["kind"] == "PyTorchJob"
+    assert posts[4]["body"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
     assert "pytorchjob/demo created in team (server dry run)" in out
 
 
 def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
     api.route("POST", CONFIGMAPS, 201)
     api.route("POST", CLAIMS, 201)
+    api.route("POST", RUNTIMES, 201)
     api.route("POST", TRAINJOBS, 201)
     code, _, err = run(
         ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"], capsys
     )
     assert code == 0, err
-    assert [p["query"] for p in api.calls("POST")] == [{}, {}, {}]
+    posts = api.calls("POST")
+    assert [p["query"] for p in posts] == [{}, {}, {}, {}]
+    # the job's own TrainingRuntime exists before the TrainJob that refers to it
+    assert [p["path"] for p in posts][-2:] == [RUNTIMES, TRAINJOBS]
+
+
+def test_status_shows_each_pods_termination_message(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    ended = {"terminated": {"exitCode": 5, "message": "retries exhausted: 6 restarts of pod x"}}
+    last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    pods = {
+        "items": [
+            {"metadata": {"name": "demo-worker-0"},
+             "status": {"phase": "Failed", "containerStatuses": [{"state": ended}]}},
+            {"metadata": {"name": "demo-worker-1"},
+             "status": {"phase": "Running", "containerStatuses": [
+                 {"state": {"running": {}}, "lastState": last, "restartCount": 1}]}},
+        ]
+    }  # fmt: skip
+    api.route("GET", PODS, 200, pods)
+    code, out, err = run(["status", "demo"], capsys)
+    assert code == 0, err
+    assert "    ended exit 5: retries exhausted: 6 restarts of pod x" in out, out
+    assert "    last ended exit 137: OOMKilled" in out, out
 
 
 @pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
@@ -115,7 +145,7 @@ def test_missing_pytorchjob_crd_on_submit_says_install_training_operator(api, ca
     api.route("POST", CLAIMS, 201)
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
     assert code == CLUSTER_ERROR
-    (line,) = err.strip().splitlines()
+    (line,) = [line for line in err.splitlines() if "error" in line]
     assert "install the Kubeflow training operator" in line
     assert "kubectl apply --server-side -k" in line and "ref=v1.9.4" in line
 
@@ -142,7 +172,7 @@ def test_forbidden_names_verb_resource_and_rbac_file(api, capsys):
     )
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
     assert code == CLUSTER_ERROR
-    (line,) = err.strip().splitlines()
+    (line,) = [line for line in err.splitlines() if "error" in line]
     assert "forbidden: cannot create configmaps in namespace 'team'" in line
     assert "k8s/rbac.yaml" in line
 
@@ -352,6 +382,8 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
         f"{PYTORCHJOBS}/demo",
         f"{CONFIGMAPS}/demo-config",
         f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors/demo",
+        f"{DEPLOYMENTS}/demo-keeper",
+        f"{SERVICES}/demo-keeper",
     ]
     assert deletes[0]["body"]["propagationPolicy"] == "Background"
     assert "pytorchjob/demo deleted" in out
@@ -413,4 +445,49 @@ def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, caps
     code, out, err = run(["submit", "pytorchjob", "--name", "demo"], capsys)
     assert code == 0, err
     assert "validating offline" in err and "customresourcedefinitions" in err
-    assert [r["method"] for r in api.requests] == ["GET", "POST", "POST", "POST"]
+    # the CRD, the StorageClasses (absent here: a note), then the objects
+    assert [r["method"] for r in api.requests] == ["GET", "GET", "POST", "POST", "POST"]
+    assert "StorageClasses not checked" in err
+
+
+def _storage_class(name: str, provisioner: str, default: bool = False) -> dict:
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "provisioner": provisioner}
+
+
+def test_submit_refuses_a_readwritemany_claim_on_a_readwriteonce_default_class(api, capsys):
+    """EKS: gp3 (EBS) is the default class; a ReadWriteMany claim would stay Pending with every
+    pod, so nothing is created and the line says what to do."""
+    classes = [_storage_class("gp3", "ebs.csi.aws.com", default=True)]
+    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    argv = ["submit", "pytorchjob", "--nodes", "3", "--checkpoint-storage", "mount",
+            "--validate-against", "offline"]  # fmt: skip
+    code, _, err = run(argv, capsys)
+    assert code == 2, err
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "asks for ReadWriteMany but the default StorageClass gp3 (ebs.csi.aws.com)" in line
+    assert "Leave --checkpoint-storage and --checkpoint-access-mode unset" in line
+    assert api.calls("POST") == []
+
+
+def test_submit_names_the_storage_and_checks_the_default_class(api, capsys):
+    classes = [
+        _storage_class("standard", "rancher.io/local-path", default=True),
+        _storage_class("fast", "example.com/unknown-driver"),
+    ]
+    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS):
+        api.route("POST", path, 201)
+    code, _, err = run(["submit", "pytorchjob", "--nodes", "4", "--validate-against", "offline"],
+                       capsys)  # fmt: skip
+    assert code == 0, err
+    assert "kubeddp submit: Checkpoints: claim kubeddp-checkpoints (ReadWriteOnce" in err
+    assert "the default StorageClass standard (rancher.io/local-path) offers ReadWriteOnce" in err
+    argv = ["submit", "pytorchjob", "--name", "b", "--storage-class", "fast",
+            "--validate-against", "offline"]  # fmt: skip
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    assert "StorageClass fast (example.com/unknown-driver) is not one kubeddp knows" in err
+    code, _, err = run(["submit", "pytorchjob", "--name", "c", "--storage-class", "nope",
+                        "--validate-against", "offline"], capsys)  # fmt: skip
+    assert code == 2 and "names StorageClass nope, which the cluster does not have" in err

@@ -108,6 +108,18 @@ def by_kind(docs) -> dict[str, dict]:
     return {doc["kind"]: doc for doc in docs}
 
 
+def template_nodes(job: dict) -> int:
+    """The pods the job runs (elastic: its most)."""
+    spec = job["spec"]
+    if job["kind"] == "PyTorchJob":
+        if "elasticPolicy" in spec:
+            return spec["elasticPolicy"]["maxReplicas"]
+        return sum(r["replicas"] for r in spec["pytorchReplicaSpecs"].values())
+    if job["kind"] == "TrainJob":
+        return spec["trainer"]["numNodes"]
+    return spec["parallelism"]
+
+
 def pod_templates(job: dict) -> list[dict]:
     if job["kind"] == "PyTorchJob":
         return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
@@ -136,13 +148,18 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
     claim = feature != "emptydir"  # a claim unless asked otherwise: retries keep progress
     pvcs = [doc for doc in docs if doc["kind"] == "PersistentVolumeClaim"]
     assert len(pvcs) == (claim and feature != "claim")
+    # several pods: a keeper pod holds the claim (ReadWriteOnce is enough), the training pods
+    # keep the checkpoints on an emptyDir synced with it
+    keeper = [doc for doc in docs if doc["kind"] == "Deployment"]
+    assert bool(keeper) == (claim and template_nodes(job) > 1), [d["kind"] for d in docs]
+    mounted = claim and not keeper
     for template in pod_templates(job):
         pod = template["spec"]
         # OnRootMismatch: no recursive chown of a large checkpoint claim at each pod start
-        on_claim = {"fsGroupChangePolicy": "OnRootMismatch"} if claim else {}
+        on_claim = {"fsGroupChangePolicy": "OnRootMismatch"} if mounted else {}
         assert pod["securityContext"] == {**RESTRICTED_POD, **on_claim}
         checkpoints = {v["name"]: v for v in pod["volumes"]}["checkpoints"]
-        assert ("persistentVolumeClaim" in checkpoints) is claim, checkpoints
+        assert ("persistentVolumeClaim" in checkpoints) is mounted, checkpoints
         assert pod["terminationGracePeriodSeconds"] == N.TERMINATION_GRACE_PERIOD_SECONDS
         assert pod["terminationGracePeriodSeconds"] > C.PREEMPT_GRACE_SECONDS
         (container,) = pod["containers"]
@@ -180,7 +197,7 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
         (pvc,) = pvcs
         nodes = 4 if shape == "elastic" else int(SHAPES[shape][1])
         assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
-        assert pvc["spec"]["accessModes"] == ["ReadWriteMany" if nodes > 1 else "ReadWriteOnce"]
+        assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"], nodes  # keeper or one pod
     if kind == "trainjob":  # the count kubeddp means, never the runtime's CPU-derived default
         gpus = 8 if shape == "gpu" else 0
         assert job["spec"]["trainer"]["numProcPerNode"] == (gpus or 1)
@@ -203,6 +220,7 @@ def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
         C.ENV_NODE_RANK: {
             "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
         },
+        **({C.ENV_CHECKPOINT_KEEPER: f"http://pt-keeper:{C.KEEPER_PORT}"} if nodes > 1 else {}),
     }
     assert "warning" not in capsys.readouterr().err
 
@@ -218,7 +236,9 @@ def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, wor
     assert replicas.get("Worker", {}).get("replicas") == workers
     for replica in replicas.values():
         (container,) = replica["template"]["spec"]["containers"]
-        assert "env" not in container  # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...
+        # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...; kubeddp only the keeper address
+        env = [e["name"] for e in container.get("env", [])]
+        assert env == ([C.ENV_CHECKPOINT_KEEPER] if nodes > 1 else [])
     # One line: what the operator adds, what breaks, and both fixes.
     (warning,) = [line for line in err.splitlines() if "warning" in line]
     for word in ("init-pytorch", "restricted", "air-gapped", "--pytorch-init-container-image",
@@ -253,10 +273,12 @@ def test_gang_scheduling_sets_scheduler_and_min_available(capsys):
 
 
 def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
-    docs = by_kind(
-        render(["indexedjob", "--name", "ix", "--nodes", "3", "--nproc-per-node", "2"], capsys)
+    docs_list = render(
+        ["indexedjob", "--name", "ix", "--nodes", "3", "--nproc-per-node", "2"], capsys
     )
-    service, job = docs["Service"], docs["Job"]
+    docs = by_kind(docs_list)
+    job = docs["Job"]
+    (service,) = [d for d in docs_list if d["kind"] == "Service" and d["metadata"]["name"] == "ix"]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == {KINDS["indexedjob"].job_name_label: "ix"}
@@ -270,6 +292,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
         C.ENV_INDEXEDJOB_MASTER_PORT: str(C.INDEXEDJOB_PORT),
         C.ENV_INDEXEDJOB_NNODES: "3",
         C.ENV_INDEXEDJOB_NPROC: "2",
+        C.ENV_CHECKPOINT_KEEPER: f"http://ix-keeper:{C.KEEPER_PORT}",  # 3 pods: the keeper
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
     ignored, counted, failing = job["spec"]["podFailurePolicy"]["rules"]
@@ -287,13 +310,36 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     assert exit_codes.KILLED not in counted["onExitCodes"]["values"]
 
 
-def test_trainjob_uses_torch_distributed_runtime(capsys):
-    job = by_kind(render(["trainjob", "--nodes", "2", "--gpus-per-node", "4"], capsys))["TrainJob"]
-    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+def test_trainjob_runs_on_its_own_torch_runtime_with_a_gang_failure_policy(capsys):
+    docs = by_kind(render(["trainjob", "--nodes", "2", "--gpus-per-node", "4"], capsys))
+    job, runtime = docs["TrainJob"], docs["TrainingRuntime"]
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": runtime["metadata"]["name"],
+    }
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["numProcPerNode"] == 4
     (container,) = pod_templates(job)[0]["spec"]["containers"]
     assert container["name"] == KINDS["trainjob"].container
+    jobset = runtime["spec"]["template"]["spec"]
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1, "torch": {}}
+    assert jobset["failurePolicy"]["maxRestarts"] == 3
+    assert jobset["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
+    (replicated,) = jobset["replicatedJobs"]
+    batch = replicated["template"]["spec"]
+    assert batch["template"]["spec"]["restartPolicy"] == "Never"
+    actions = [rule["action"] for rule in batch["podFailurePolicy"]["rules"]]
+    assert actions == ["Ignore", "Ignore", "FailJob"]
+    (runtime_container,) = batch["template"]["spec"]["containers"]
+    assert runtime_container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_trainjob_on_an_installed_runtime(capsys):
+    argv = ["trainjob", "--no-own-runtime", "--runtime-kind", "ClusterTrainingRuntime"]
+    docs = by_kind(render(argv, capsys))
+    assert "TrainingRuntime" not in docs
+    assert docs["TrainJob"]["spec"]["runtimeRef"]["name"] == "torch-distributed"
 
 
 def test_config_file_ships_in_configmap_and_overrides_follow_it(tmp_path, capsys):

@@ -46,6 +46,37 @@ BAD_OPTIONS = [
         ["pytorchjob", "--checkpoint-size", "1Gi", "--checkpoint-access-mode", "RWX"],
         "--checkpoint-access-mode",
     ),
+    (  # one node's volume on three nodes: Multi-Attach for two of them
+        [
+            "pytorchjob",
+            "--nodes",
+            "3",
+            "--checkpoint-access-mode",
+            "ReadWriteOnce",
+            "--checkpoint-storage",
+            "mount",
+        ],
+        "--checkpoint-access-mode",
+    ),
+    (
+        [
+            "trainjob",
+            "--nodes",
+            "3",
+            "--checkpoint-access-mode",
+            "ReadWriteOncePod",
+            "--checkpoint-storage",
+            "mount",
+        ],
+        "--checkpoint-access-mode",
+    ),
+    (["pytorchjob", "--checkpoint-storage", "somewhere"], "--checkpoint-storage"),
+    (["pytorchjob", "--set", "checkpoint.dir=ck"], "--set"),  # not where a volume can go
+    (["indexedjob", "--set", "checkpoint.dir=/tmp/ck"], "--set"),
+    (
+        ["pytorchjob", "--set", "checkpoint.dir=/data/ck", "--volume", "claim:ds:/data"],
+        "--set",
+    ),
     (["pytorchjob", "--env", "NOEQUALS"], "--env"),
     (["pytorchjob", "--env", "1BAD=x"], "--env"),
     (["pytorchjob", "--node-selector", "pool"], "--node-selector"),

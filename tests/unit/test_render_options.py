@@ -165,6 +165,7 @@ LANDS_ON = {
         {"checkpoints": {"lostOnRetry": True}},
     ),
     "--master-replica": (["--master-replica"], {"pytorchJob": {"masterReplica": True}}),
+    "--own-runtime": (["--no-own-runtime"], {"trainJob": {"ownRuntime": False}}),
     "--podmonitor": (["--podmonitor"], {"monitoring": {"podMonitor": {"enabled": True}}}),
     "--podmonitor-label": (
         ["--podmonitor-label", "release=kps"],
@@ -288,7 +289,12 @@ def test_trainjob_runtime_options_reach_the_runtime_ref() -> None:
     (job,) = [
         d
         for d in render_job(
-            "trainjob", "--runtime-name", "my-rt", "--runtime-kind", "TrainingRuntime"
+            "trainjob",
+            "--no-own-runtime",
+            "--runtime-name",
+            "my-rt",
+            "--runtime-kind",
+            "TrainingRuntime",
         )
         if d["kind"] == "TrainJob"
     ]

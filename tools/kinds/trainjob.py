@@ -1,7 +1,11 @@
 """TrainJob (Kubeflow Trainer v2.3) on a torch-distributed training runtime.
 
-The admission rules follow the Trainer v2.3 TrainJob webhook. The chart can change only what
-`runtimePatches` can patch (no priority class, restart or backoff settings, container ports).
+The admission rules follow the Trainer v2.3 TrainJob webhook. `runtimePatches` cannot set a
+priority class, restart or backoff settings or container ports, so by default the chart also
+renders a TrainingRuntime named after the job (trainJob.ownRuntime): the torch runtime plus a
+JobSet failurePolicy and Job limits that fit a gang. Without it Trainer's ClusterTrainingRuntime
+has neither: pods restart OnFailure, the Job's backoffLimit (6) counts restarts summed over all
+pods, and the first failed Job fails the TrainJob (JobSet v0.12 failure_policy.go).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from kubeddp.tools.kinds import (
     sequence,
 )
 from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
-from kubeddp.tools.resources import Resource
+from kubeddp.tools.resources import TRAINING_RUNTIME, Resource
 from kubeddp.trainer import constants as trainer
 
 TRAINER_VERSION = "v2.3.0"
@@ -34,6 +38,11 @@ JOB_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RUNTIME_PATCH_MANAGER = "kubeddp.io/render"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 DEFAULT_RUNTIME = "torch-distributed"
+# The label that marks the replicatedJob Trainer's torch plugin fills (PET_* env, numNodes).
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+# The JobSet failurePolicy rule of the runtime kubeddp renders: a Job failed by its pod failure
+# policy (an exit code 1-127: a mistake that fails the same way every time) fails the JobSet.
+FATAL_JOBSET_RULE = "fatalExitCode"
 RESERVED_ENV = (
     "PET_NNODES",
     "PET_NPROC_PER_NODE",
@@ -115,11 +124,11 @@ KIND = JobKind(
     admission_issues=admission_issues,
     schema_issues=schema_checks.trainjob_sdk_issues,
     install_hint=INSTALL,
+    companions=(TRAINING_RUNTIME,),
     nproc_words=("auto",),  # numProcPerNode is an integer; unset = the runtime decides
     unsupported={
         **ONLY_FOR_PYTORCHJOB,
         "restartPolicy": NO_RUNTIME_PATCH,
-        "backoffLimit": NO_RUNTIME_PATCH,
         "ttlSecondsAfterFinished": NO_RUNTIME_PATCH,
         "priorityClassName": NO_RUNTIME_PATCH,
         "image.pullPolicy": "Trainer v2.3 has no field for it (trainer.image only, and "
@@ -131,5 +140,8 @@ KIND = JobKind(
         "replicatedJob": REPLICATED_JOB,
         "runtimePatchManager": RUNTIME_PATCH_MANAGER,
         "runtimeApiGroup": RESOURCE.group,
+        "runtimeKind": RUNTIME_KINDS[1],
+        "ancestorLabel": ANCESTOR_LABEL,
+        "fatalJobSetRule": FATAL_JOBSET_RULE,
     },
 )

@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,38 +84,81 @@ def worker_exit_code(exitcode: int) -> int:
     return 128 - exitcode if exitcode < 0 else exitcode
 
 
-# What torch's agent does to the other workers once one failed (SIGTERM, then SIGKILL): they are
-# reported as failed too, with these codes, but they are the consequence, not the cause.
+# What torch's agent does to the other workers once one failed (SIGTERM, then SIGKILL after the
+# shutdown timeout): they are reported as failed too, but they are the consequence, not the cause.
 STOPPED_BY_AGENT = (exit_codes.PREEMPTED, exit_codes.KILLED)
+# The agent sends SIGKILL no sooner than this after the first failure (the shutdown timeout is
+# the save grace + SHUTDOWN_MARGIN_SECONDS, or torch's fixed 30 s): a worker SIGKILLed earlier
+# was killed by the kernel (out of memory), and that is the pod's own failure.
+AGENT_SIGKILL_AFTER_SECONDS = SHUTDOWN_MARGIN_SECONDS
+# A worker group that ended with these, while this process got no signal, lost a peer in another
+# pod: the pod itself is healthy (a preemption vote saved and stopped it, or a collective failed).
+REJOIN_CODES = (exit_codes.PEER_FAILED, exit_codes.PREEMPTED)
+
+
+def _is_cause(code: int, seconds_after_first: float) -> bool:
+    if code == exit_codes.PREEMPTED:
+        return False  # SIGTERM comes from the agent, or the preemption vote
+    if code == exit_codes.KILLED:
+        return seconds_after_first < AGENT_SIGKILL_AFTER_SECONDS
+    return True
 
 
 def exit_code_of_failure(exc: BaseException) -> int:
     """One exit code for the pod from its failed workers (torch's ChildFailedError).
 
     The operators decide from this code alone, so the cause must win over its consequences:
-    - SIGTERM/SIGKILL codes count only when nothing else is there: once a worker failed, the
-      agent stops the rest with those signals (a worker the kernel killed, OOM, makes its local
-      peers fail with PEER_FAILED, retryable as well);
-    - a worker's own code wins over PEER_FAILED: in one pod, a worker that failed on its own
-      (fatal, 1-127) makes its local peers' collectives fail too, and retrying would fail the
-      same way (ExitCode recreations never count against backoffLimit: the loop would not end);
-      a crash by another signal (SIGSEGV, SIGABRT: 128 + N) is retryable;
+    - SIGTERM codes, and SIGKILL codes that come the shutdown timeout after the first failure,
+      are the agent stopping the rest: they count only when nothing else is there;
+    - a worker's own code wins over PEER_FAILED: a worker the kernel killed (OOM, 137, before
+      the agent could have), a crash by another signal (SIGSEGV 139, SIGABRT 134), or a
+      failure of its own (fatal, 1-127; retrying would fail the same way, and ExitCode
+      recreations never count against backoffLimit) makes its local peers' collectives fail
+      too, and it is what the pod must report: a deterministic OOM is not a peer failure;
     - PEER_FAILED when that is all: another pod failed.
     Among the causes the earliest failure wins (torch's timestamp), then the lowest rank.
     """
     failures = getattr(exc, "failures", {}) or {}
     ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
-    codes = [worker_exit_code(int(getattr(f, "exitcode", 1))) for _, f in ordered]
-    codes = [code for code in codes if code != exit_codes.OK] or [exit_codes.TRAINING_FAILED]
-    causes = [code for code in codes if code not in STOPPED_BY_AGENT]
+    timed = [
+        (worker_exit_code(int(getattr(f, "exitcode", 1))), float(getattr(f, "timestamp", 0)))
+        for _, f in ordered
+    ]
+    timed = [(code, stamp) for code, stamp in timed if code != exit_codes.OK]
+    if not timed:
+        return exit_codes.TRAINING_FAILED
+    first = timed[0][1]
+    codes = [code for code, _ in timed]
+    causes = [code for code, stamp in timed if _is_cause(code, stamp - first)]
     if not causes:  # stopped by a signal only: preempted (a vote, or SIGTERM), or killed
         return exit_codes.PREEMPTED if exit_codes.PREEMPTED in codes else codes[0]
     own = [code for code in causes if code != exit_codes.PEER_FAILED]
     return own[0] if own else exit_codes.PEER_FAILED
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How torchrun's agent ended: the pod's exit code, and whether the worker group failed
+    only because a peer in another pod went away (this process got no signal)."""
+
+    code: int
+    rejoin: bool = False
+    reason: str = ""
+
+
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
-    """Run torchrun's elastic agent in this process (no extra exec, signals reach it).
+    """run_agent's exit code."""
+    return run_agent(plan, worker_env, preempt_grace).code
+
+
+def run_agent(
+    plan: RendezvousPlan,
+    worker_env: dict[str, str],
+    preempt_grace: float,
+    rdzv_round: tuple[str, int] | None = None,
+) -> Outcome:
+    """Run torchrun's elastic agent in this process (no extra exec, signals reach it);
+    `rdzv_round` is the rendezvous id and store port of a static round (rejoin.py).
 
     `worker_env` is added to this process's environment, which the agent passes on to every
     worker it starts.
@@ -137,6 +181,8 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
     os.environ.update(shutdown_timeout_env(preempt_grace))
     os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
     args = torchrun_args(plan)
+    if rdzv_round is not None:
+        args.rdzv_id, args.master_port = rdzv_round
     # torchrun's log dir (error files) under our scratch dir, not a torchelastic_* in /tmp
     # that nobody removes; a killed launch's is swept by the next.
     own_log_dir = None if args.log_dir else scratch.owned_dir(constants.RUN_DIR_PREFIX)
@@ -155,23 +201,26 @@ def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace
                  "returned (exit 0) while its peers still ran, so their collectives failed; "
                  "end every rank together (the same steps, then destroy_process_group): exit "
                  f"code {exit_codes.describe(code)}")  # fmt: skip
-            return code
+            return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
+        reason = f"workers failed: exit code {exit_codes.describe(code)}"
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
              f"{exit_codes.describe(code)}; see the worker output above")  # fmt: skip
-        return code
+        return Outcome(code, code in REJOIN_CODES, reason)
     except SignalException as exc:
-        return 128 + int(exc.sigval)
+        code = 128 + int(exc.sigval)
+        return Outcome(code, False, f"stopped by signal {int(exc.sigval)}: exit code {code}")
     except (RendezvousError, DistError, ConnectionError, TimeoutError) as exc:
         # The agent's own store or rendezvous went away (the c10d host pod died, the network
         # dropped): nothing this pod did wrong.
         code = exit_codes.PEER_FAILED
-        _log(f"[kubeddp] rendezvous lost: {one_line(exc)}; exit code {exit_codes.describe(code)}")
-        return code
+        reason = f"rendezvous lost: {one_line(exc)}"
+        _log(f"[kubeddp] {reason}; exit code {exit_codes.describe(code)}")
+        return Outcome(code, True, reason)
     finally:
         if own_log_dir is not None:
             shutil.rmtree(own_log_dir, ignore_errors=True)
         shutil.rmtree(exited_dir, ignore_errors=True)
-    return 0
+    return Outcome(exit_codes.OK)
 
 
 def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:

@@ -23,7 +23,8 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher.agent import WORKER_MODULE, run_torchrun
+from kubeddp.trainer.launcher import checkpoint_sync
+from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
@@ -33,7 +34,14 @@ from kubeddp.trainer.launcher.program_options import (
     program_from_options,
     torchrun_worker_args,
 )
-from kubeddp.trainer.launcher.rendezvous import NodeFlags, RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
+from kubeddp.trainer.launcher.rendezvous import (
+    NodeFlags,
+    RendezvousError,
+    RendezvousPlan,
+    plan_from_env,
+)
+from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
@@ -139,7 +147,9 @@ def launch_parser() -> argparse.ArgumentParser:
         "--max-restarts",
         type=number(int, 0, high=MAX_RESTARTS),
         default=None,
-        help="torchrun worker-group restarts before failing",
+        help="torchrun's restarts of this pod's worker group before the pod fails (in the "
+        "pod; the operator's retries of the pod come after, and launch's own budget "
+        "retries.without_progress bounds those)",
     )
     p.add_argument(
         "--rdzv-wait",
@@ -266,24 +276,118 @@ def launch_main(argv: list[str]) -> int:
         from kubeddp.trainer.worker.entry import run
 
         return run(cfg)
+    budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
+    refusal = budget.start()
+    if refusal:
+        _log(f"kubeddp launch: error: {refusal}")
+        write_termination_message(refusal)
+        return exit_codes.RETRIES_EXHAUSTED
     try:
         wait_for_rendezvous_host(plan, deadline, _log)
     except RendezvousHostUnreachable as exc:
-        code = exit_codes.RDZV_UNREACHABLE
-        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
-        return code
+        return _ended(budget, Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc)))
     try:
         metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
+        budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
-    code = exit_codes.TRAINING_FAILED
     try:
-        code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
-    finally:
+        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
+        program_workdir(program, cfg, env)
+    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
+        # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
+        code = exit_codes.STORAGE_UNREACHABLE
+        if not isinstance(exc, checkpoint_sync.KeeperError):
+            code = exit_codes.BAD_INPUT
+        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
         if metrics is not None:
             metrics.finish(code, _log)
-    return code
+        budget.ended(code, str(exc))
+        write_termination_message(str(exc))
+        return code
+    outcome = Outcome(exit_codes.TRAINING_FAILED)
+    try:
+        outcome = _train(plan, cfg, deadline, budget)
+    finally:
+        if sync is not None:  # the workers have exited: their last files go to the keeper
+            sync.finish(checkpoint_sync.FINISH_SECONDS)
+        if metrics is not None:
+            metrics.finish(outcome.code, _log)
+    return _ended(budget, outcome)
+
+
+def _ended(budget: RetryBudget, outcome: Outcome) -> int:
+    """Record how the run ended; a failure's one line becomes the pod's termination message."""
+    if outcome.code == exit_codes.RDZV_UNREACHABLE:
+        code = exit_codes.describe(outcome.code)
+        _log(f"kubeddp launch: error: {outcome.reason}; exit code {code}")
+    elif outcome.code == exit_codes.RETRIES_EXHAUSTED:
+        _log(f"kubeddp launch: error: {outcome.reason}")
+    if outcome.code != exit_codes.RETRIES_EXHAUSTED:
+        budget.ended(outcome.code, outcome.reason)
+    if outcome.code != exit_codes.OK:
+        write_termination_message(
+            outcome.reason or f"exit code {exit_codes.describe(outcome.code)}"
+        )
+    return outcome.code
+
+
+def _rejoins(plan: RendezvousPlan) -> bool:
+    """Several nodes: a pod whose peer was lost stays up and rejoins instead of failing."""
+    return not plan.standalone and plan.nnodes != "1"
+
+
+def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudget) -> Outcome:
+    """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
+    rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
+    sees one failed pod (the lost one), not N: one pod start instead of N failures and an
+    exponential recreation delay (10 s doubling to 6 min) that ignored failures still grow."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    worker_env = resolved_config_env(cfg)
+    grace = cfg.checkpoint.preempt_grace_seconds
+    rounds = (
+        RendezvousRounds(plan, deadline)
+        if cfg.retries.rejoin and RendezvousRounds.applies(plan)
+        else None
+    )
+
+    def agent() -> Outcome:
+        rdzv_round = rounds.next_round(_log) if rounds is not None else None
+        return run_agent(plan, worker_env, grace, rdzv_round)
+
+    try:
+        outcome = agent()
+        while outcome.rejoin and cfg.retries.rejoin and _rejoins(plan):
+            budget.ended(outcome.code, outcome.reason)
+            refusal = budget.start()
+            if refusal:
+                return Outcome(exit_codes.RETRIES_EXHAUSTED, reason=refusal)
+            _log(
+                f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins "
+                f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
+            )
+            wait_for_rendezvous_host(plan, deadline, _log)
+            outcome = agent()
+    except (RendezvousHostUnreachable, RoundTimeout) as exc:
+        return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))
+    except SignalException as exc:  # torch's handlers stay installed between two runs
+        code = 128 + int(exc.sigval)
+        return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
+    return outcome
+
+
+def program_workdir(program: Program | None, cfg: Config, env: Mapping[str, str]) -> None:
+    """A user's program starts in checkpoint.dir when the manifest asks (the chart does), so a
+    relative `snapshot.pt` lands on the durable checkpoint storage."""
+    if program is None or env.get(constants.ENV_PROGRAM_IN_CHECKPOINT_DIR) != "1":
+        return
+    if program.mode == "script" and not os.path.isabs(program.target):
+        return  # a relative script path would no longer be found
+    os.makedirs(cfg.checkpoint.dir, exist_ok=True)
+    os.chdir(cfg.checkpoint.dir)
+    _log(f"[kubeddp] program runs in {cfg.checkpoint.dir} (relative paths land there)")
 
 
 def train_main(argv: list[str]) -> int:

@@ -36,6 +36,34 @@ defaultBackoffLimit: 3
 defaultCleanPodPolicy: Running
 defaultImagePullPolicy: IfNotPresent
 defaultCheckpointSize: 10Gi
+keeperPort: 9410
+keeperLabel: kubeddp.io/checkpoint-keeper
+keeperEnv: KUBEDDP_CHECKPOINT_KEEPER
+programInCheckpointDirEnv: KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR
+keeperCommand:
+  - tini
+  - --
+  - kubeddp
+  - keeper
+keeperResources:
+  requests:
+    cpu: 100m
+    memory: 256Mi
+checkpointDirReserved:
+  - /dev/shm
+  - /etc/kubeddp
+  - /tmp
+  - /opt/venv
+  - /usr
+  - /bin
+  - /sbin
+  - /lib
+  - /lib64
+  - /etc/passwd
+  - /etc/group
+  - /proc
+  - /sys
+  - /dev
 cpuNprocEnv: KUBEDDP_CPU_NPROC
 cascadeExitCodes:
   - 143
@@ -45,6 +73,7 @@ kubeddpManaged: kubeddp
 programConfigKeys:
   - metrics
   - checkpoint.preempt_grace_seconds
+  - retries
 volumeSources:
   - persistentVolumeClaim
   - configMap
@@ -108,7 +137,6 @@ kinds:
       cleanPodPolicy: it is a PyTorchJob field; leave it null
       pytorchJob.masterReplica: it is a PyTorchJob replica; leave it false
       restartPolicy: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
-      backoffLimit: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
@@ -116,6 +144,9 @@ kinds:
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org
+    runtimeKind: TrainingRuntime
+    ancestorLabel: trainer.kubeflow.org/trainjob-ancestor-step
+    fatalJobSetRule: fatalExitCode
   IndexedJob:
     apiVersion: batch/v1
     resourceKind: Job

@@ -146,9 +146,9 @@ the CPU default (env KUBEDDP_CPU_NPROC, else 1) */}}
 {{- default $c.defaultImagePullPolicy .Values.image.pullPolicy }}
 {{- end }}
 
-{{/* "true" when /checkpoints is a claim (the default): the job keeps its progress across pods */}}
+{{/* "true" when the training pods mount the checkpoint claim (templates/_storage.tpl) */}}
 {{- define "kubeddp.checkpointClaimMounted" -}}
-{{- if or .Values.checkpoints.existingClaim (not .Values.checkpoints.lostOnRetry) }}true{{ end }}
+{{- if eq (include "kubeddp.checkpointStorage" .) "mount" }}true{{ end }}
 {{- end }}
 
 {{- define "kubeddp.restartPolicy" -}}

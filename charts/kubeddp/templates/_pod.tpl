@@ -45,6 +45,10 @@ annotations:
 {{- if include "kubeddp.checkpointClaimMounted" . }}
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
+{{- else if eq (include "kubeddp.checkpointStorage" .) "keeper" }}
+  emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
+{{- else if eq (include "kubeddp.checkpointStorage" .) "s3" }}
+  emptyDir: {}  # checkpoint.dir is s3://: scratch space only
 {{- else }}
   emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
@@ -65,7 +69,7 @@ annotations:
   mountPath: {{ $c.configDir }}
   readOnly: true
 - name: checkpoints
-  mountPath: {{ $c.checkpointDir }}
+  mountPath: {{ include "kubeddp.checkpointMountPath" . }}
 - name: dshm
   mountPath: {{ $c.shmDir }}
 - name: tmp
@@ -143,6 +147,7 @@ values.env, then extraEnv */}}
   value: {{ $value | quote }}
 {{- end }}
 {{- end }}
+{{- include "kubeddp.storageEnv" $root }}
 {{- with $root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -176,6 +181,9 @@ values.env, then extraEnv */}}
     {{- toYaml $root.Values.securityContext | nindent 4 }}
   volumeMounts:
     {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
+  # launch writes its one-line reason to /dev/termination-log; a crash before that shows the
+  # log's tail (`kubeddp status`, `kubectl describe pod`)
+  terminationMessagePolicy: FallbackToLogsOnError
 {{- end }}
 
 {{/* podSecurityContext; on a mounted claim, fsGroupChangePolicy OnRootMismatch unless set:

@@ -25,6 +25,9 @@ backticks, which render turns into its options, and says how to fix it.
 {{- fail (printf "`%s` (%s) cannot be set for kind %s: %s" $path $shown $v.kind $why) }}
 {{- end }}
 {{- end }}
+{{- if and (eq $v.kind "TrainJob") (not $v.trainJob.ownRuntime) (not (kindIs "invalid" $v.backoffLimit)) }}
+{{- fail "`backoffLimit` cannot be set for kind TrainJob with `trainJob.ownRuntime` false: Trainer v2.3 runtimePatches have no such field; keep ownRuntime, or set it in your runtime" }}
+{{- end }}
 {{- if and (not (kindIs "invalid" $v.restartPolicy)) (not (has $v.restartPolicy $k.restartPolicies)) }}
 {{- fail (printf "`restartPolicy` %s is not valid for kind %s: use one of %s" $v.restartPolicy $v.kind (join ", " $k.restartPolicies)) }}
 {{- end }}
@@ -58,6 +61,7 @@ backticks, which render turns into its options, and says how to fix it.
 {{- fail (printf "`checkpoints.existingClaim` (%s) and `checkpoints.lostOnRetry` are both set: mount the claim or an emptyDir, not both" $v.checkpoints.existingClaim) }}
 {{- end }}
 {{- include "kubeddp.validateProgram" . }}
+{{- include "kubeddp.validateCheckpoints" . }}
 {{- include "kubeddp.validateVolumes" . }}
 {{- include "kubeddp.validateEnv" . }}
 {{- range $name, $settings := $v.monitoring }}
