@@ -36,6 +36,12 @@ class Row:
     fifos: tuple[str, ...] = ()  # named pipes made under tmp, with no writer
     stdout: str | None = None  # "full" (/dev/full), "closed" or "broken-pipe"; None: captured
     training: bool = False  # a real training run: only as a process (test_bad_input.py)
+    notes: tuple[str, ...] = ()  # starts of informational stderr lines that may precede the one
+
+
+def error_lines(row: Row, err: str) -> list[str]:
+    """The stderr lines that count: all but the row's informational notes."""
+    return [line for line in err.splitlines() if line.strip() and not line.startswith(row.notes)]
 
 
 def _text(value: str) -> bytes:

@@ -109,7 +109,7 @@ def output_rows() -> list[Row]:
     for mode in ("full", "closed", "broken-pipe"):
         rows += [
             Row(f"render-stdout-{mode}", RENDER, TRAINING_FAILED, ("standard output",),
-                stdout=mode),
+                stdout=mode, notes=("kubeddp render: Checkpoints:",)),
             Row(f"submit-client-stdout-{mode}",
                 ("submit", "-f", "{tmp}/cm.yaml", "--dry-run", "client", "--validate-against",
                  "offline"), TRAINING_FAILED, ("standard output",), {"cm.yaml": CM}, stdout=mode),

@@ -243,7 +243,7 @@ def test_bad_input_row_as_a_process(row_id: str, tmp_path: Path) -> None:
     row = ROWS[row_id]
     done, requests = run_row(row, tmp_path)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = bad_inputs.error_lines(row, done.stderr)
     assert done.code == row.code, f"exit {done.code}, want {row.code}\n{done.stderr}"
     assert len(lines) == 1, done.stderr
     for word in row.mentions:

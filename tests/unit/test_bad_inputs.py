@@ -19,7 +19,7 @@ import pytest
 from kubeddp.tools.cli import main
 from kubeddp.trainer.launcher import launch
 from tests.helpers import fake_api
-from tests.helpers.bad_inputs import Row, all_rows
+from tests.helpers.bad_inputs import Row, all_rows, error_lines
 
 pytestmark = pytest.mark.timeout(60)
 ROWS = [row for row in all_rows() if not row.training]  # training runs: as processes only
@@ -108,7 +108,7 @@ def _stdout(row: Row, monkeypatch) -> Iterator[None]:
 
 def check_row(row: Row, code: int, out: str, err: str, requests: list) -> None:
     assert "Traceback" not in out + err, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = error_lines(row, err)
     assert code == row.code, f"{row.id}: exit {code}, want {row.code}\n{err}"
     assert len(lines) == 1, f"{row.id}: {len(lines)} lines on stderr:\n{err}"
     for word in row.mentions:
