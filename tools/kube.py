@@ -361,9 +361,11 @@ class Cluster:
 
     def storage_classes(self) -> list[dict]:
         """The cluster's StorageClasses (cluster-scoped: a namespaced Role may not read them)."""
-        data = self.request("GET", "/apis/storage.k8s.io/v1/storageclasses", what="storageclasses")
-        items = data.get("items") or []
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        data = self.request(
+            "GET", "/apis/storage.k8s.io/v1/storageclasses", what="storageclasses",
+            expect=Expected(STORAGE_CLASS, listed=True),
+        )  # fmt: skip
+        return [item for item in data["items"] if isinstance(item, dict)]
 
     def list_pods(self, selector: str) -> list[dict]:
         return self.list_objects(POD, selector)
@@ -406,6 +408,7 @@ class Cluster:
         return out
 
 
+STORAGE_CLASS = Resource("StorageClass", "storage.k8s.io", "v1", "storageclasses")
 CRD = Resource(
     "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions"
 )

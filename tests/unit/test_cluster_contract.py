@@ -101,6 +101,8 @@ def test_status_shows_each_pods_termination_message(api, capsys):
     ended = {"terminated": {"exitCode": 5, "message": "retries exhausted: 6 restarts of pod x"}}
     last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
     pods = {
+        "kind": "PodList",
+        "apiVersion": "v1",
         "items": [
             {"metadata": {"name": "demo-worker-0"},
              "status": {"phase": "Failed", "containerStatuses": [{"state": ended}]}},
@@ -450,6 +452,10 @@ def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, caps
     assert "StorageClasses not checked" in err
 
 
+def storage_class_list(classes: list[dict]) -> dict:
+    return {"kind": "StorageClassList", "apiVersion": "storage.k8s.io/v1", "items": classes}
+
+
 def _storage_class(name: str, provisioner: str, default: bool = False) -> dict:
     annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
     return {"metadata": {"name": name, "annotations": annotations}, "provisioner": provisioner}
@@ -459,7 +465,7 @@ def test_submit_refuses_a_readwritemany_claim_on_a_readwriteonce_default_class(a
     """EKS: gp3 (EBS) is the default class; a ReadWriteMany claim would stay Pending with every
     pod, so nothing is created and the line says what to do."""
     classes = [_storage_class("gp3", "ebs.csi.aws.com", default=True)]
-    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    api.route("GET", STORAGE_CLASSES, 200, storage_class_list(classes))
     argv = ["submit", "pytorchjob", "--nodes", "3", "--checkpoint-storage", "mount",
             "--validate-against", "offline"]  # fmt: skip
     code, _, err = run(argv, capsys)
@@ -475,7 +481,7 @@ def test_submit_names_the_storage_and_checks_the_default_class(api, capsys):
         _storage_class("standard", "rancher.io/local-path", default=True),
         _storage_class("fast", "example.com/unknown-driver"),
     ]
-    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    api.route("GET", STORAGE_CLASSES, 200, storage_class_list(classes))
     for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS):
         api.route("POST", path, 201)
     code, _, err = run(["submit", "pytorchjob", "--nodes", "4", "--validate-against", "offline"],
