@@ -33,8 +33,15 @@ def main(argv: list[str] | None = None) -> int:
         end_signals.PROCESS_ENDS_WITH_LAUNCH = True
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
+    from kubeddp.tools.output import OutputError, checked_stdout
+
     try:
-        return _dispatch(argv)
+        if command in ("launch", "train") and "--dry-run" not in argv:
+            return _dispatch(argv)  # training's output is its workers' own
+        with checked_stdout():
+            return _dispatch(argv)
+    except OutputError as exc:
+        return _fail(command, f"{exc}; the command stopped", exit_codes.TRAINING_FAILED)
     except KeyboardInterrupt:
         print(f"kubeddp {command}: interrupted", file=sys.stderr)
         return exit_codes.INTERRUPTED
@@ -236,7 +243,9 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    print(f"kubeddp {command}: error: {message}", file=sys.stderr)
+    from kubeddp.tools.output import say
+
+    say(f"kubeddp {command}: error: {message}")
     return code
 
 
@@ -395,6 +404,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.filename:
             ((name, text),) = _read_files([args.filename])
             docs = load_documents(text, name)
+            if not docs:
+                return _fail("submit", f"{name} holds no Kubernetes objects; nothing to submit")
             problems = validate_documents(docs, name, _crd_schemas(args, docs))
             for problem in problems:
                 print(f"kubeddp submit: error: {problem}", file=sys.stderr)

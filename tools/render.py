@@ -70,7 +70,11 @@ def _describe(error: Any) -> str:
             names = ", ".join(repr(item) for item in taken["enum"])
             return f"{error.instance!r} is taken by kubeddp ({names}); choose another"
     if error.validator == "maxLength":
-        return f"{error.instance!r} is longer than {error.validator_value} characters"
+        shown = error.instance if len(error.instance) <= 80 else error.instance[:60] + "..."
+        return (
+            f"{shown!r} ({len(error.instance)} characters) is longer than the limit of "
+            f"{error.validator_value}"
+        )
     return error.message
 
 

@@ -190,9 +190,9 @@ CI_ARGV = {
 }  # fmt: skip
 # More chart values -> options, for the corners the ci/ files do not reach.
 MORE_CASES = {
-    "indexedjob-env-override": (
-        {"kind": "IndexedJob", "env": {"KUBEDDP_MASTER_PORT": "29600", "NCCL_DEBUG": "INFO"}},
-        ["indexedjob", "--env", "KUBEDDP_MASTER_PORT=29600", "--env", "NCCL_DEBUG=INFO"],
+    "indexedjob-env": (  # kubeddp's own KUBEDDP_MASTER_PORT is reserved: not an override
+        {"kind": "IndexedJob", "env": {"KUBEDDP_CPU_NPROC": "2", "NCCL_DEBUG": "INFO"}},
+        ["indexedjob", "--env", "KUBEDDP_CPU_NPROC=2", "--env", "NCCL_DEBUG=INFO"],
     ),
     "indexedjob-onfailure": (
         {"kind": "IndexedJob", "restartPolicy": "OnFailure", "checkpoints": {"existingClaim": "c"}},

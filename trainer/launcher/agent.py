@@ -10,10 +10,11 @@ import shutil
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher import early_exit, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 from kubeddp.trainer.worker.failures import one_line
 
@@ -208,10 +209,20 @@ def run_agent(
     own_log_dir = None if args.log_dir else scratch.owned_dir(constants.RUN_DIR_PREFIX)
     if own_log_dir is not None:
         args.log_dir = str(own_log_dir)
+    exited_dir = scratch.owned_dir(constants.RUN_DIR_PREFIX)
+    os.environ[constants.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0 there
     try:
         run(args)
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
+        early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
+        if early:
+            code = exit_codes.TRAINING_FAILED
+            _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
+                 "returned (exit 0) while its peers still ran, so their collectives failed; "
+                 "end every rank together (the same steps, then destroy_process_group): exit "
+                 f"code {exit_codes.describe(code)}")  # fmt: skip
+            return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
         reason = f"workers failed: exit code {exit_codes.describe(code)}"
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
              f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
@@ -232,7 +243,15 @@ def run_agent(
     finally:
         if own_log_dir is not None:
             shutil.rmtree(own_log_dir, ignore_errors=True)
+        shutil.rmtree(exited_dir, ignore_errors=True)
     return Outcome(exit_codes.OK)
+
+
+def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:
+    """Ranks of this node that returned 0 before the group's first failure."""
+    failures = getattr(exc, "failures", {}) or {}
+    stamps = [float(getattr(f, "timestamp", 0) or 0) for f in failures.values()]
+    return early_exit.returned_before(exited_dir, min(stamps)) if stamps else []
 
 
 def _log(message: str) -> None:

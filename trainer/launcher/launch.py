@@ -29,6 +29,7 @@ from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
     add_program_options,
+    check_config_file,
     check_overrides,
     program_from_options,
     program_spawns_workers,
@@ -214,7 +215,9 @@ def _worker_command(
     if program is None:
         options, worker_args = config_options(args, after_dash)
         return options, None, worker_args
-    check_overrides(args.overrides, "--script" if args.script is not None else "--module")
+    option = "--script" if args.script is not None else "--module"
+    check_overrides(args.overrides, option)
+    check_config_file(args.config or os.environ.get(constants.ENV_CONFIG), option)
     options = argparse.Namespace(config=args.config, overrides=list(args.overrides))
     return options, program, torchrun_worker_args(program)
 

@@ -120,12 +120,13 @@ def start_pod_metrics(
         except PushgatewayAddressError as exc:
             raise MetricsSetupError(str(exc)) from None
     from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from kubeddp.trainer.worker.metrics import tolerant_collector
 
     # Named for this launch; what a killed launch left is swept here.
     directory = str(scratch.owned_dir(constants.METRICS_DIR_PREFIX))
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)
+    tolerant_collector(registry, directory)  # a worker's half-written file: skipped
     try:
         server, _ = start_http_server(port, addr=bind, registry=registry)
     except OSError as exc:

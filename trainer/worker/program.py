@@ -21,6 +21,7 @@ import traceback
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.launcher import early_exit
 from kubeddp.trainer.worker import stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for, one_line
 from kubeddp.trainer.worker.parent_death import die_with_launcher
@@ -93,12 +94,16 @@ def run_program(program: Program) -> int:
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)
     stop_signal.install(_preempt_grace_seconds())
+    early_exit.note_start()
     try:
         _execute(program)
     except SystemExit as exc:
         code = exit_code_for(exc)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr, flush=True)  # sys.exit("message"), as python does
+        elif isinstance(exc.code, int) and exc.code != code:
+            _log(f"{program.shown} called sys.exit({exc.code}), outside 0-255; exit code "
+                 f"{exit_codes.describe(code)}")  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C reached the workers through torchrun: quietly, 130
         code = exit_codes.INTERRUPTED
         _log(f"{program.shown} interrupted; exit code {exit_codes.describe(code)}")
@@ -108,6 +113,8 @@ def run_program(program: Program) -> int:
         _log(f"{program.shown} failed: {one_line(exc)}; exit code {exit_codes.describe(code)}")
     else:
         code = exit_codes.OK
+    if code == exit_codes.OK:
+        early_exit.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
     if code != exit_codes.OK:

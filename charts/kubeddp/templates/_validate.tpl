@@ -63,6 +63,7 @@ backticks, which render turns into its options, and says how to fix it.
 {{- include "kubeddp.validateProgram" . }}
 {{- include "kubeddp.validateCheckpoints" . }}
 {{- include "kubeddp.validateVolumes" . }}
+{{- include "kubeddp.validateEnv" . }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
 {{- range $key := list "labels" "interval" }}
@@ -130,5 +131,22 @@ backticks, which render turns into its options, and says how to fix it.
 {{- end }}
 {{- $names = append $names $entry.name }}
 {{- $paths = append $paths $entry.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/* each env name once: an entry of `extraEnv` that `env` or another entry also sets would
+silently replace it (the schema refuses the names kubeddp, torchrun and the operator set) */}}
+{{- define "kubeddp.validateEnv" -}}
+{{- $env := default dict .Values.env }}
+{{- $seen := dict }}
+{{- range $entry := .Values.extraEnv }}
+{{- $name := toString $entry.name }}
+{{- if hasKey $env $name }}
+{{- fail (printf "`extraEnv` entry %s is also set in `env`: give each variable once" $name) }}
+{{- end }}
+{{- if hasKey $seen $name }}
+{{- fail (printf "`extraEnv` has %s twice: give each variable once" $name) }}
+{{- end }}
+{{- $_ := set $seen $name true }}
 {{- end }}
 {{- end }}
