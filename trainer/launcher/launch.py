@@ -321,13 +321,13 @@ def _launch(argv: list[str]) -> int:
         write_termination_message(str(exc))
         return code
     try:
-        return _run_pod(plan, cfg, deadline)
+        return _run_pod(plan, cfg, deadline, spawns)
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
 
 
-def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float) -> int:
+def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float, spawns: bool) -> int:
     """The retry budget, the rendezvous host, /metrics, then training."""
     budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
     refusal = budget.start()
