@@ -24,6 +24,7 @@ CORE_KINDS = {
     "batch/v1/Job": "job-batch-v1.json",
     "rbac.authorization.k8s.io/v1/Role": "role-rbac-v1.json",
     "rbac.authorization.k8s.io/v1/RoleBinding": "rolebinding-rbac-v1.json",
+    "apps/v1/Deployment": "deployment-apps-v1.json",  # the checkpoint keeper
 }
 # apiVersion/kind -> (bundled file, file under tests/reference/crds, served version)
 CRD_FILES = {
@@ -35,6 +36,11 @@ CRD_FILES = {
     "trainer.kubeflow.org/v1alpha1/TrainJob": (
         "trainjob-v2.3.0.json",
         "trainer.kubeflow.org_trainjobs.v2.3.0.yaml",
+        "v1alpha1",
+    ),
+    "trainer.kubeflow.org/v1alpha1/TrainingRuntime": (  # the gang runtime beside a TrainJob
+        "trainingruntime-v2.3.0.json",
+        "trainer.kubeflow.org_trainingruntimes.v2.3.0.yaml",
         "v1alpha1",
     ),
 }

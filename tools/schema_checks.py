@@ -257,8 +257,12 @@ def trainjob_sdk_issues(doc: dict) -> list[Issue]:
     return _trainer_sdk_issues(doc, TrainerV1alpha1TrainJob)
 
 
-def trainingruntime_sdk_issues(doc: dict) -> list[Issue]:
-    """The TrainingRuntime kubeddp renders beside a TrainJob, against the same SDK's model."""
+def trainingruntime_issues(doc: dict) -> list[Issue]:
+    """The TrainingRuntime kubeddp renders beside a TrainJob: the SDK's model where installed,
+    else the bundled CRD schema."""
+    if not _installed("kubeflow_trainer_api"):
+        key = "trainer.kubeflow.org/v1alpha1/TrainingRuntime"
+        return crd_issues(doc, bundled_schemas.crd_schema(key))
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime
 
     return _trainer_sdk_issues(doc, TrainerV1alpha1TrainingRuntime)

@@ -97,7 +97,7 @@ def document_issues(doc: dict, crd_schemas: dict[str, dict]) -> list[tuple[str, 
     elif key == POD_MONITOR.key:
         issues = _podmonitor_issues(doc)
     elif key == TRAINING_RUNTIME_KEY:
-        issues = schema_checks.trainingruntime_sdk_issues(doc)
+        issues = schema_checks.trainingruntime_issues(doc)
     else:
         try:
             issues = schema_checks.core_issues(doc)

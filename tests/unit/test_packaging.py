@@ -163,6 +163,7 @@ def test_wheel_carries_the_validation_schemas(wheel: Path) -> None:
         "core-v1.37.0.json",
         "pytorchjob-v1.9.4.json",
         "trainjob-v2.3.0.json",
+        "trainingruntime-v2.3.0.json",
     }
 
 

@@ -28,6 +28,10 @@ class ProgramError(ValueError):
     """The program named on the command line cannot run; one line with the fix."""
 
 
+class ProgramNotHere(ProgramError):
+    """The program is not on this machine (it may be in the image): a dry run only notes it."""
+
+
 def add_program_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "your own program (instead of the built-in trainer; its arguments follow --)"
@@ -97,7 +101,7 @@ def check_config_file(path: str | None, option: str) -> None:
 
 def _check_script(path: str) -> None:
     if not os.path.exists(path):
-        raise ProgramError(
+        raise ProgramNotHere(
             f"--script {path}: no such file (from {os.getcwd()}); give the path of your "
             "training script"
         )
@@ -128,7 +132,8 @@ def _find_module(name: str) -> importlib.machinery.ModuleSpec:
         if spec is None and depth == 0 and name in sys.builtin_module_names:
             return importlib.util.find_spec(name)  # a top-level name: nothing is imported
         if spec is None:
-            raise ProgramError(
+            error = ProgramNotHere if depth == 0 else ProgramError
+            raise error(
                 f"--module {name}: cannot import it (ModuleNotFoundError: no module named "
                 f"{fullname!r}); install it in the image, run from its parent directory, or "
                 "put that directory on PYTHONPATH"
@@ -178,7 +183,7 @@ def program_from_options(
             _check_script(script)
         elif module is not None:
             _check_module(module)
-    except ProgramError as exc:
+    except ProgramNotHere as exc:
         if note is None:
             raise
         note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
