@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
@@ -285,13 +285,15 @@ def launch_main(argv: list[str]) -> int:
         write_termination_message(str(exc))
         return code
     try:
-        return _run_pod(plan, cfg, deadline)
+        return _run_pod(plan, cfg, deadline, sync.refresh if sync is not None else None)
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
 
 
-def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float) -> int:
+def _run_pod(
+    plan: RendezvousPlan, cfg: Config, deadline: float, refresh: Callable[[], object] | None
+) -> int:
     """The retry budget, the rendezvous host, /metrics, then training."""
     budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
     refusal = budget.start()
@@ -311,7 +313,7 @@ def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float) -> int:
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     try:
-        outcome = _train(plan, cfg, deadline, budget)
+        outcome = _train(plan, cfg, deadline, budget, refresh)
     finally:
         if metrics is not None:
             metrics.finish(outcome.code, _log)
@@ -339,7 +341,13 @@ def _rejoins(plan: RendezvousPlan) -> bool:
     return not plan.standalone and plan.nnodes != "1"
 
 
-def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudget) -> Outcome:
+def _train(
+    plan: RendezvousPlan,
+    cfg: Config,
+    deadline: float,
+    budget: RetryBudget,
+    refresh: Callable[[], object] | None = None,
+) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
     rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
     sees one failed pod (the lost one), not N: one pod start instead of N failures and an
@@ -370,9 +378,13 @@ def _train(plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudg
                 f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
             )
             wait_for_rendezvous_host(plan, deadline, _log)
+            if refresh is not None:  # the keeper's newest files, as a recreated pod gets them
+                refresh()
             outcome = agent()
     except (RendezvousHostUnreachable, RoundTimeout) as exc:
         return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))
+    except checkpoint_sync.KeeperError as exc:  # the keeper went away between two rounds
+        return Outcome(exit_codes.STORAGE_UNREACHABLE, reason=str(exc))
     except SignalException as exc:  # torch's handlers stay installed between two runs
         code = 128 + int(exc.sigval)
         return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
