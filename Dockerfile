@@ -40,15 +40,18 @@ RUN case "${VARIANT}" in \
       if [ "${PIP_OFFLINE}" = 1 ]; then echo "no-index = true"; fi; \
     } > "${PIP_CONFIG_FILE}"; \
     python3 -m venv /opt/venv; \
-    /opt/venv/bin/pip install --no-cache-dir --index-url "${torch_index}" --extra-index-url "${PIP_INDEX_URL}" \
-      "torch==${TORCH_VERSION}"
+    /opt/venv/bin/pip install --no-cache-dir --no-deps --index-url "${torch_index}" \
+      --extra-index-url "${PIP_INDEX_URL}" "torch==${TORCH_VERSION}"
 
-# kubeddp's dependencies, read from pyproject.toml alone (tomllib: Python >= 3.11), so this layer
-# stays cached while only the code changes; then kubeddp itself without dependencies.
-COPY pyproject.toml /tmp/deps/
-RUN /opt/venv/bin/python -c "import tomllib; project = tomllib.load(open('/tmp/deps/pyproject.toml', 'rb'))['project']; print('\n'.join(project['dependencies']))" \
-      > /tmp/deps/requirements.txt; \
-    /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" -r /tmp/deps/requirements.txt; \
+# Every other package, pinned with its sha256 (requirements/image.lock, made by
+# .ci/lock_image_deps.py): a rebuild gets the same bytes. The CUDA build of torch then adds the
+# CUDA libraries, which its own metadata pins to exact versions; `pip check` below proves the
+# set is complete. Then kubeddp itself without dependencies.
+COPY requirements/image.lock /tmp/deps/
+RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/deps/image.lock; \
+    if [ "${VARIANT}" = cuda ]; then \
+      /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}"; \
+    fi; \
     rm -rf /tmp/deps
 COPY pyproject.toml /src/
 COPY kubeddp/ /src/kubeddp/
@@ -109,7 +112,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     TRITON_CACHE_DIR=/tmp/triton \
     MPLCONFIGDIR=/tmp/matplotlib
 WORKDIR /tmp
-EXPOSE 9400
+EXPOSE 8479
 USER 1000:1000
 ENTRYPOINT ["tini", "--", "kubeddp", "launch"]
 # No arguments: the built-in workload with its default config.

@@ -11,7 +11,7 @@ REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CREATED ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg CREATED=$(CREATED)
 
-.PHONY: setup demo test test-fast lint bench bench-gpu chart k8s image image-cpu chart-lint e2e-kind test-image clean
+.PHONY: setup demo test test-fast lint bench bench-gpu chart k8s image image-cpu chart-lint e2e-kind test-image lock release-check clean
 
 setup: $(VENV)/.installed
 
@@ -60,9 +60,11 @@ bench-gpu: setup
 	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
 # Generated from the Python definitions: the chart's values.yaml, values.schema.json,
-# templates/_constants.tpl and README values table, and docs/config-reference.md.
+# templates/_constants.tpl and README values table, docs/config-reference.md, and the
+# validation schemas in tools/schemas.
 chart: setup
 	$(BIN)/python -m kubeddp.tools.gen_chart
+	$(BIN)/python -m kubeddp.tools.gen_schemas
 
 # k8s/ is rendered from the chart.
 k8s: chart
@@ -75,6 +77,14 @@ image:
 
 image-cpu:
 	docker build $(IMAGE_ARGS) --build-arg VARIANT=cpu -t $(IMAGE):$(VERSION)-cpu -t kubeddp:cpu .
+
+# requirements/image.lock: the image's Python packages but torch, with sha256 (needs PyPI).
+lock: setup
+	$(BIN)/python .ci/lock_image_deps.py
+
+# The version a release tag must carry: code, chart, image label and CHANGELOG agree.
+release-check:
+	python3 .ci/release_version.py
 
 test-image: setup
 	$(BIN)/python -m pytest -q tests/e2e

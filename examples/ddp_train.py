@@ -13,6 +13,7 @@ preempted run goes on where it stopped.
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import hashlib
 import os
@@ -32,6 +33,7 @@ except ImportError:
     kubeddp_api = None
 
 EXIT_PREEMPTED = kubeddp_api.EXIT_PREEMPTED if kubeddp_api else 143
+INIT_TIMEOUT = datetime.timedelta(minutes=5)
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,13 +48,14 @@ def parse_args() -> argparse.Namespace:
 
 
 def ddp_setup() -> torch.device:
-    """Join the process group that torchrun (or kubeddp) described in the environment."""
+    """Join the process group that torchrun (or kubeddp) described in the environment; a peer
+    that never answers fails a collective after INIT_TIMEOUT, not the backend's 10-30 min."""
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl", timeout=INIT_TIMEOUT)
         return torch.device("cuda", local_rank)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=INIT_TIMEOUT)
     return torch.device("cpu")
 
 

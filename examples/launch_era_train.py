@@ -1,13 +1,15 @@
 """A script from the `torch.distributed.launch` era: it takes its local rank from `--local_rank`
-instead of the LOCAL_RANK environment variable. kubeddp runs it unchanged; torchrun's
-`${local_rank}` macro in its arguments becomes each worker's local rank:
+(torch 1.x's launcher) or `--local-rank` (torch 2.x's) instead of the LOCAL_RANK environment
+variable. kubeddp runs it unchanged; torchrun's `${local_rank}` macro in its arguments becomes
+each worker's local rank (single quotes keep a shell from emptying it):
 
-    kubeddp train --nproc 2 --script examples/launch_era_train.py -- --local_rank=${local_rank}
+    kubeddp train --nproc 2 --script examples/launch_era_train.py -- '--local_rank=${local_rank}'
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 
@@ -19,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--local_rank", type=int, required=True)
+    parser.add_argument("--local_rank", "--local-rank", type=int, required=True)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--note", default="", help="any text, printed back")
     args, unknown = parser.parse_known_args()
@@ -29,7 +31,7 @@ def main() -> None:
         device, backend = torch.device("cuda", args.local_rank), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, init_method="env://")
+    dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(minutes=5))
 
     torch.manual_seed(0)
     model = DDP(

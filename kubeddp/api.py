@@ -93,14 +93,68 @@ def _training_metrics() -> Any:
 _REPORTER = _StepReporter()
 
 
+_warned = False
+
+
+def _warn_once(message: str) -> None:
+    """A bad call is the program's business, not a reason to end it: said once, then ignored
+    (under a plain torchrun, without kubeddp, the same call would do nothing at all)."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(f"[kubeddp] warning: {message}; this and later bad calls are ignored (metrics "
+              "only)", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _count(value: object, name: str) -> int:
+    """A whole number >= 0 (a 0-d tensor or numpy integer too), else ValueError."""
+    if hasattr(value, "item") and not isinstance(value, int):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} is not a whole number")
+    if value < 0:
+        raise ValueError(f"{name}={value} is negative")
+    return value
+
+
+def _checked(step: object, samples: object, loss: object, tokens: object) -> tuple:
+    if loss is not None:
+        if hasattr(loss, "item"):
+            loss = loss.item()  # a tensor: one sync, as `print(loss.item())` would
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+            raise ValueError(f"loss={loss!r} is not a number")
+        loss = float(loss)  # nan and inf are kept: a diverging loss is worth seeing
+    return (
+        _count(step, "step"),
+        _count(samples, "samples"),
+        loss,
+        None if tokens is None else _count(tokens, "tokens"),
+    )
+
+
 def report_step(
     step: int, samples: int, loss: float | None = None, tokens: int | None = None
 ) -> None:
     """Record one optimizer step of this rank: the global step number, the samples (and
-    tokens) this rank processed in it, and its loss. Call it on every rank, every step."""
-    if loss is not None and hasattr(loss, "item"):
-        loss = loss.item()  # a tensor: one sync, as `print(loss.item())` would
-    _REPORTER.report(step, samples, loss, tokens)
+    tokens) this rank processed in it, and its loss. Call it on every rank, every step.
+
+    It never ends the program: a bad argument, or metrics that cannot be written, is one
+    warning on stderr, and the step goes unrecorded."""
+    try:
+        checked = _checked(step, samples, loss, tokens)
+    except (ValueError, TypeError, OverflowError) as exc:
+        _warn_once(f"kubeddp.api.report_step ignored: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - a loss.item() that failed, say
+        _warn_once(f"kubeddp.api.report_step ignored: {type(exc).__name__}: {exc}")
+        return
+    try:
+        _REPORTER.report(*checked)
+    except Exception as exc:  # noqa: BLE001 - metrics are never worth the user's run
+        _warn_once(f"kubeddp.api.report_step could not record step {checked[0]} "
+                   f"({type(exc).__name__}: {exc})")  # fmt: skip
 
 
 def _flush() -> None:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Download the upstream reference files the tests read ($KUBEDDP_REFERENCE_DIR) at the commits
-# pinned in shared/reference/SOURCES.md, and check each against its sha256.
+# pinned in tests/reference/SOURCES.md, and check each against its sha256.
 #
 #   tests/fetch_reference.sh DIR     # then: export KUBEDDP_REFERENCE_DIR=DIR
 #
-# The CI workflow runs this on GitHub-hosted runners, where ../shared/reference does not exist.
-# kubeflow-env-matrix.csv is not upstream data: the test that compares it with
-# tests/emulation/operator_table.csv is skipped without it.
+# The same files are vendored under tests/reference (the default); the CI job reference-pins
+# runs this to prove the vendored copies are still what upstream serves.
+# kubeflow-env-matrix.csv is not upstream data (derived by reading the controllers' code): it
+# exists only in tests/reference.
 set -euo pipefail
 
 DIR="${1:?usage: tests/fetch_reference.sh DIR}"

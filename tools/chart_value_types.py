@@ -63,8 +63,14 @@ def text(pattern: P.Pattern | None = None, nullable: bool = False, **more: Any) 
     return node
 
 
+INT32_MAX = 2**31 - 1  # every count of the Kubernetes API is an int32
+
+
 def integer(minimum: int | None = None, nullable: bool = False) -> dict[str, Any]:
-    node: dict[str, Any] = {"type": ["integer", "null"] if nullable else "integer"}
+    node: dict[str, Any] = {
+        "type": ["integer", "null"] if nullable else "integer",
+        "maximum": INT32_MAX,
+    }
     if minimum is not None:
         node["minimum"] = minimum
     return node
@@ -90,6 +96,39 @@ def string_map(key: P.Pattern | None = None, value: P.Pattern | None = None) -> 
     if key:
         node["propertyNames"] = {"pattern": key.regex}
     return node
+
+
+def env_name(user_settings: tuple[str, ...]) -> dict[str, Any]:
+    """A container env name as the API server takes it, and none that kubeddp, torchrun or the
+    operator sets (but the KUBEDDP_* settings a user may give)."""
+    return {
+        "pattern": P.ENV_NAME.regex,
+        "if": {"not": {"enum": list(user_settings)}},
+        "then": {"not": {"pattern": P.RESERVED_ENV_NAME.regex}},
+    }
+
+
+def env_entries(user_settings: tuple[str, ...]) -> dict[str, Any]:
+    """`extraEnv`: Kubernetes EnvVar objects, with the names and references the API server
+    would refuse refused here (the EnvVar definition has no patterns)."""
+    reference = {
+        "type": "object",
+        "properties": {
+            "name": text(P.DNS1123_SUBDOMAIN, maxLength=253),
+            "key": text(P.CONFIG_KEY, maxLength=253),
+        },
+    }
+    checks = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", **env_name(user_settings)},
+            "valueFrom": {
+                "type": "object",
+                "properties": {"secretKeyRef": reference, "configMapKeyRef": reference},
+            },
+        },
+    }
+    return {"type": "array", "items": {"allOf": [k8s("EnvVar"), checks]}}
 
 
 def label_map() -> dict[str, Any]:
@@ -147,6 +186,7 @@ VOLUME_SOURCES = {
     "nfs": "NFSVolumeSource",
     "projected": "ProjectedVolumeSource",
 }
+MAX_PATH_CHARS = 4095  # Linux's PATH_MAX, less the terminating NUL
 # `--volume TYPE:NAME:PATH[:ro]`: TYPE -> (volume source, the key that names the object)
 SHORT_VOLUME_TYPES = {
     "claim": ("persistentVolumeClaim", "claimName"),
@@ -163,17 +203,26 @@ def data_volume(
     training container mounts it."""
     properties: dict[str, Any] = {
         "name": {**text(volume_name, maxLength=63), "not": {"enum": list(taken_names)}},
-        "mountPath": {**text(P.ABSOLUTE_PATH), "not": {"pattern": reserved_paths.regex}},
+        "mountPath": {
+            **text(P.ABSOLUTE_PATH, maxLength=MAX_PATH_CHARS),
+            "not": {"pattern": reserved_paths.regex},
+        },
         "readOnly": boolean(),
         "subPath": text(P.RELATIVE_PATH),
     }
     properties.update({key: k8s(definition) for key, definition in VOLUME_SOURCES.items()})
+    for source, key in SHORT_VOLUME_TYPES.values():  # the object names the API server checks
+        properties[source] = {"allOf": [properties[source], _named(key)]}
     return {
         "type": "object",
         "additionalProperties": False,
         "required": ["name", "mountPath"],
         "properties": properties,
     }
+
+
+def _named(key: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {key: text(P.DNS1123_SUBDOMAIN, maxLength=253)}}
 
 
 def _volume_name(mount_path: str) -> str:

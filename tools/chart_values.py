@@ -19,7 +19,9 @@ from kubeddp.tools.chart_value_types import (
     choice,
     data_volume,
     elastic_values,
+    env_entries,
     env_from_values,
+    env_name,
     env_secret_values,
     image_values,
     integer,
@@ -414,19 +416,21 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         "env",
-        string_map(P.ENV_NAME),
+        {**string_map(), "propertyNames": env_name(trainer.USER_ENV_SETTINGS)},
         {},
         'environment of the training container, NAME: "value" (strings: quote numbers, or use '
-        "--set-string with helm). IndexedJob: after kubeddp's own KUBEDDP_* entries (a same-named "
-        "entry replaces one)",
+        "--set-string with helm). Not the names kubeddp, torchrun or the operator set "
+        f"(KUBEDDP_* but {', '.join(trainer.USER_ENV_SETTINGS)}; PET_*, TORCHELASTIC_*, "
+        "MASTER_ADDR/PORT, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, PATH)",
         POD,
         (pairs("--env"),),
     ),
     Value(
         "extraEnv",
-        k8s_list("EnvVar"),
+        env_entries(trainer.USER_ENV_SETTINGS),
         [],
-        "more env entries as Kubernetes EnvVar objects (valueFrom a Secret...)",
+        "more env entries as Kubernetes EnvVar objects (valueFrom a Secret...); the same names "
+        "as `env` are refused, and each name once",
         DATA,
         (
             Flag(("--extra-env",), read="yaml-list", metavar="YAML|FILE"),
@@ -509,7 +513,7 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         "nodeSelector",
-        string_map(),
+        label_map(),  # label keys and values, as the API server checks them
         {},
         "node selector of the pods",
         SCHEDULING,
@@ -654,6 +658,15 @@ VALUES: tuple[Value, ...] = (
         "trainer",
         TRAINER,
         (Flag(("--module",), metavar="NAME", help="run this module of the image (python -m)"),),
+    ),
+    Value(
+        "trainer.spawnsWorkers",
+        {"type": ["boolean", "null"]},
+        None,
+        "your script starts its own workers (mp.spawn, mp.Process): launch runs it once, on one "
+        "node only; null = detected in the script",
+        TRAINER,
+        (switch("--spawns-workers"),),
     ),
     Value(
         "trainer.args",

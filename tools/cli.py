@@ -9,20 +9,15 @@ import argparse
 import os
 import sys
 
-from kubeddp.trainer import exit_codes, yaml_io
-from kubeddp.trainer.arguments import OneLineErrorParser, number
+from kubeddp.trainer import __version__, exit_codes, yaml_io
+from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
 # The `cli` extra: what render, validate, submit and the cluster commands import.
 CLI_EXTRA_MODULES = (
-    "helm_python",
     "jsonschema",
     "kubernetes",
-    "kubernetes_validate",
-    "kubeflow",
-    "kubeflow_trainer_api",
-    "pydantic",
 )
 INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
 CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
@@ -32,10 +27,21 @@ DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 def main(argv: list[str] | None = None) -> int:
     """Every command ends with a code of trainer/exit_codes.py: Ctrl-C is INTERRUPTED, and
     anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
+    if argv is None:  # the `kubeddp` command itself: launch's last moments ignore SIGTERM
+        from kubeddp.trainer.launcher import end_signals
+
+        end_signals.PROCESS_ENDS_WITH_LAUNCH = True
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
+    from kubeddp.tools.output import OutputError, checked_stdout
+
     try:
-        return _dispatch(argv)
+        if command in ("launch", "train") and "--dry-run" not in argv:
+            return _dispatch(argv)  # training's output is its workers' own
+        with checked_stdout():
+            return _dispatch(argv)
+    except OutputError as exc:
+        return _fail(command, f"{exc}; the command stopped", exit_codes.TRAINING_FAILED)
     except KeyboardInterrupt:
         print(f"kubeddp {command}: interrupted", file=sys.stderr)
         return exit_codes.INTERRUPTED
@@ -64,12 +70,18 @@ def _dispatch(argv: list[str]) -> int:
         from kubeddp.trainer.launcher.checkpoint_keeper import keeper_main
 
         return keeper_main(argv[1:])
+    if argv and argv[0] == "check":
+        return cmd_check(argv[1:])
     args = parse_command(argv)
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
         return EXIT_BAD_INPUT
+    from kubeddp.tools.helm_engine import HelmUnavailable
+
     try:
         return args.handler(args)
+    except HelmUnavailable as exc:  # render needs Helm: the binary or the `helm` extra
+        return _fail(argv[0], str(exc))
     except ModuleNotFoundError as exc:  # a plain `pip install kubeddp` has no `cli` extra
         if (exc.name or "").split(".")[0] not in CLI_EXTRA_MODULES:
             raise
@@ -117,10 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="kubeddp", description="PyTorch DDP training on a laptop, in Docker, on Kubernetes."
     )
+    parser.add_argument("--version", action="version", version=f"kubeddp {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
     sub.add_parser("launch", help="start training from the env an operator injected (in a pod)")
     sub.add_parser("keeper", help="serve a checkpoint claim to a job's pods (the keeper pod)")
     sub.add_parser("train", help="local DDP run (torchrun standalone)")
+    sub.add_parser("check", help="name the DDP pitfalls of a training script (without running it)")
 
     render = sub.add_parser("render", help="print the validated manifests of a job")
     add_render_options(render)
@@ -143,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_options(submit, with_namespace=False)
     submit.set_defaults(handler=cmd_submit)
 
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler=cmd_completion)
+
     for name, help_text in (
         ("status", "conditions, replica counts, pod restarts"),
         ("logs", "logs of the job's pods"),
@@ -154,19 +172,49 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--kind", choices=list(KINDS), default=next(iter(KINDS)))
         _add_cluster_options(cmd, with_namespace=True)
         cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
+    sub.choices["status"].add_argument(
+        "-o", "--output", choices=("text", "json", "yaml"), default="text"
+    )
     sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
     sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
     sub.choices["logs"].add_argument("--tail", type=number(int, 0), help="last N lines per pod")
     sub.choices["wait"].add_argument(
-        "--timeout", type=number(float, 0), default=3600.0, help="seconds"
+        "--timeout", type=duration(0), default=3600.0, help="seconds, or 90s, 10m, 1h"
     )
     sub.choices["wait"].add_argument(
-        "--interval", type=number(float, 0, above=True), default=5.0, help="poll seconds"
+        "--interval", type=duration(0, above=True), default=5.0, help="poll seconds, or 30s, 1m"
     )
     sub.choices["delete"].add_argument(
         "--delete-pvc", action="store_true", help="also delete <name>-checkpoints (rendered PVC)"
     )
     return parser
+
+
+def cmd_check(argv: list[str]) -> int:
+    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: 0 no pitfall, 1 pitfalls (one line each:
+    file:line: rule: pitfall; fix), 2 a script that cannot be read."""
+    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file
+
+    own, program_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
+    )
+    parser = OneLineErrorParser(
+        prog="kubeddp check",
+        description="read a training script without running it and name each DDP pitfall "
+        "with its line and fix; the program's own arguments follow --",
+    )
+    parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
+    parser.add_argument(
+        "--nodes", type=number(int, 1), default=1, help="nodes the job runs on (default 1)"
+    )
+    args = parser.parse_args(own)
+    try:
+        findings = check_file(args.script, args.nodes, program_args)
+    except ScriptCheckError as exc:
+        return _fail("check", str(exc))
+    for finding in findings:
+        print(finding.shown(args.script))
+    return exit_codes.TRAINING_FAILED if findings else exit_codes.OK
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
@@ -195,7 +243,9 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    print(f"kubeddp {command}: error: {message}", file=sys.stderr)
+    from kubeddp.tools.output import say
+
+    say(f"kubeddp {command}: error: {message}")
     return code
 
 
@@ -265,7 +315,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     docs, code = _checked_documents(args, "render")
     if code:
         return code
+    if getattr(args, "script", None):  # when the image's script is here too: its pitfalls
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        nodes = args.elastic or args.nodes
+        for line in warnings_for(args.script, nodes, args.program_args or []):
+            print(f"kubeddp render: warning: {line}", file=sys.stderr)
     sys.stdout.write(to_yaml(docs) if args.output == "yaml" else to_json(docs))
+    return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from kubeddp.tools.completion import script
+
+    sys.stdout.write(script(args.shell))
     return 0
 
 
@@ -341,6 +404,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.filename:
             ((name, text),) = _read_files([args.filename])
             docs = load_documents(text, name)
+            if not docs:
+                return _fail("submit", f"{name} holds no Kubernetes objects; nothing to submit")
             problems = validate_documents(docs, name, _crd_schemas(args, docs))
             for problem in problems:
                 print(f"kubeddp submit: error: {problem}", file=sys.stderr)
@@ -395,7 +460,7 @@ def _cluster_command(args: argparse.Namespace, command: str) -> int:
     try:
         cluster = _connect(args)
         if command == "status":
-            jobs.status(cluster, args.kind, args.name, sys.stdout)
+            jobs.status(cluster, args.kind, args.name, sys.stdout, args.output)
         elif command == "logs":
             jobs.logs(
                 cluster, args.kind, args.name, args.replica, args.follow, args.tail, sys.stdout

@@ -7,10 +7,13 @@ comes from the kind's module in tools/kinds.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kinds import KINDS, JobKind
@@ -76,36 +79,65 @@ def terminal_state(kind: JobKind, job: dict) -> str | None:
     return None
 
 
-def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
+def status_report(cluster: Cluster, kind_name: str, name: str) -> dict[str, Any]:
+    """What `status` shows, as data (`status -o json|yaml` prints it as it is)."""
     kind = KINDS[kind_name]
     job = cluster.get(kind.resource, name)
     job_status = _mapping(job.get("status"))
-    state = terminal_state(kind, job) or "Running"
-    print(f"{kind.resource.kind} {cluster.namespace}/{name}: {state}", file=out)
-    print("conditions:", file=out)
-    for condition in _conditions(job):
-        reason = condition.get("reason") or ""
-        message = condition.get("message") or ""
-        print(
-            f"  {condition.get('type')}={condition.get('status')} {reason}: {message}".rstrip(),
-            file=out,
-        )
-    print("replicas:", file=out)
+    conditions = [
+        {key: condition.get(key) or "" for key in ("type", "status", "reason", "message")}
+        for condition in _conditions(job)
+    ]
     with _reading_answer(f"{kind.resource.kind} {name}"):
-        lines = kind.replica_lines(job_status)
-    for line in lines:
-        print(line, file=out)
-    print("pods:", file=out)
+        replicas = [line.strip() for line in kind.replica_lines(job_status)]
+    pods = []
     for pod in cluster.list_pods(f"{kind.job_name_label}={name}"):
         with _reading_answer(f"pod {pod['metadata']['name']}"):
             pod_status = _mapping(pod.get("status"))
             statuses = pod_status.get("containerStatuses") or []
-            restarts = sum(int(_mapping(s).get("restartCount", 0)) for s in statuses)
-            phase = pod_status.get("phase", "?")
-            node = _mapping(pod.get("spec")).get("nodeName", "-")
-            ends = [end for s in statuses if (end := termination_line(_mapping(s)))]
-        print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
-        for line in ends:
+            pods.append(
+                {
+                    "name": pod["metadata"]["name"],
+                    "phase": pod_status.get("phase", "?"),
+                    "restarts": sum(int(_mapping(s).get("restartCount", 0)) for s in statuses),
+                    "node": _mapping(pod.get("spec")).get("nodeName", "-"),
+                    "ends": [end for s in statuses if (end := termination_line(_mapping(s)))],
+                }
+            )
+    return {
+        "kind": kind.resource.kind,
+        "namespace": cluster.namespace,
+        "name": name,
+        "state": terminal_state(kind, job) or "Running",
+        "conditions": conditions,
+        "replicas": replicas,
+        "pods": pods,
+    }
+
+
+def status(cluster: Cluster, kind_name: str, name: str, out: TextIO, output: str = "text") -> None:
+    report = status_report(cluster, kind_name, name)
+    if output == "json":
+        out.write(json.dumps(report, indent=2) + "\n")
+        return
+    if output == "yaml":
+        out.write(yaml.safe_dump(report, sort_keys=False))
+        return
+    print(f"{report['kind']} {report['namespace']}/{name}: {report['state']}", file=out)
+    print("conditions:", file=out)
+    for c in report["conditions"]:
+        line = f"  {c['type']}={c['status']} {c['reason']}: {c['message']}"
+        print(line.rstrip(), file=out)
+    print("replicas:", file=out)
+    for line in report["replicas"]:
+        print(f"  {line}", file=out)
+    print("pods:", file=out)
+    for pod in report["pods"]:
+        print(
+            f"  {pod['name']}: {pod['phase']}, restarts={pod['restarts']}, node={pod['node']}",
+            file=out,
+        )
+        for line in pod["ends"]:
             print(f"    {line}", file=out)
 
 

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kubeddp.tools import kubeconfig as _kubeconfig
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
-from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer import exit_codes
 
 INSTALL_HINTS = {  # by API group: what to install when its API is missing
     **{kind.resource.group: kind.install_hint for kind in KINDS.values() if kind.install_hint},
@@ -88,22 +91,17 @@ def object_path(resource: Resource, namespace: str, name: str | None = None) -> 
     return path if name is None else f"{path}/{checked_name(name, resource.kind.lower())}"
 
 
-def _load_kubeconfig(path: str, context: str | None, configuration: Any) -> str | None:
-    """Read the kubeconfig through kubeddp's bounded YAML reader, set up `configuration`;
-    the namespace of the chosen context."""
+def _load_kubeconfig(
+    path: str, context: str | None, configuration: Any, merged_from: list[str] | None = None
+) -> str | None:
+    """Read the kubeconfig through kubeddp's bounded YAML reader (several $KUBECONFIG files
+    merged as kubectl does), set up `configuration`; the namespace of the chosen context."""
     from kubernetes.config.kube_config import ConfigException, KubeConfigLoader
 
     try:
-        data = yaml_io.load_file(path, f"kubeconfig {path}")
-    except OSError as exc:
-        raise KubeError(f"cannot read kubeconfig {path} ({exc.strerror or exc})") from None
-    except yaml_io.YamlInputError as exc:
-        raise KubeError(f"{exc}; fix it or pass --kubeconfig") from None
-    if not isinstance(data, dict):
-        raise KubeError(
-            f"kubeconfig {path} is not a kubeconfig (a YAML mapping with clusters, users and "
-            "contexts); fix it or pass --kubeconfig"
-        )
+        data = _kubeconfig.merge(merged_from) if merged_from else _kubeconfig.read(path)
+    except _kubeconfig.KubeconfigError as exc:
+        raise KubeError(str(exc)) from None
     try:
         loader = KubeConfigLoader(
             config_dict=data,
@@ -149,19 +147,23 @@ class Cluster:
         # (connect, read) in whole seconds: the kubernetes client drops a float timeout.
         seconds = max(1, int(request_timeout))
         self.timeout = (min(CONNECT_TIMEOUT, seconds), seconds)
+        self.total_seconds = float(seconds)  # the whole call, connect to the answer's last byte
         if namespace is not None:
             checked_namespace(namespace)
+        listed = [] if kubeconfig else _kubeconfig.paths_from_env(os.environ.get("KUBECONFIG", ""))
+        existing = [p for p in listed if Path(p).is_file()]
         path = (
             kubeconfig
-            or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-            or str(Path.home() / ".kube" / "config")
+            or (existing[0] if existing else None)
+            or (os.pathsep.join(listed) if listed else str(Path.home() / ".kube" / "config"))
         )
         context_namespace = None
         configuration = client.Configuration()
         # Retry a failed connection once; never a request that was sent (a read timeout).
         configuration.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0, other=0)
         if Path(path).is_file():
-            context_namespace = _load_kubeconfig(path, context, configuration)
+            merged = existing if len(existing) > 1 else None
+            context_namespace = _load_kubeconfig(path, context, configuration, merged)
         elif kubeconfig or context:
             raise KubeError(f"no kubeconfig at {path}; pass --kubeconfig PATH or set KUBECONFIG")
         else:
@@ -214,8 +216,42 @@ class Cluster:
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
         what: str = "",
+        expect: Expected | None = None,
     ) -> Any:
-        """One REST call; JSON in, a JSON object (or a log's text) out, errors explained."""
+        """One REST call; JSON in, a JSON object (or a log's text) out, errors explained.
+
+        The whole call, answer included, ends within the request timeout: the client's
+        timeouts bound each read, so a server that drips its answer a byte at a time would
+        otherwise hold the command for as long as it likes. `expect`: the kind (and name) the
+        answer must be; anything else is not believed.
+        """
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["answer"] = self._request(method, path, query, body, what)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=call, daemon=True, name="kubeddp-api-call")
+        worker.start()
+        worker.join(self.total_seconds)
+        if worker.is_alive():  # left behind: a daemon thread, gone with the process
+            raise KubeError(
+                f"the API server at {self.api.configuration.host} did not answer within "
+                f"{self.total_seconds:g}s ({method} {path}: not the whole answer in that time); "
+                "check that the cluster is up, or raise --request-timeout"
+            )
+        if "error" in outcome:
+            raise outcome["error"]
+        answer = outcome["answer"]
+        if expect is not None:
+            expect.check(answer, method, path, self.api.configuration.host)
+        return answer
+
+    def _request(
+        self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, what: str
+    ) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -240,7 +276,7 @@ class Cluster:
             return data.decode(errors="replace")
         try:
             answer = json.loads(data) if data else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
             answer = None
         if not isinstance(answer, dict):
             raise KubeError(
@@ -279,13 +315,15 @@ class Cluster:
         namespace = meta.get("namespace") or self.namespace
         query = [("dryRun", "All")] if dry_run else []
         return self.request(
-            "POST", object_path(resource, namespace), query, doc, resource.full_name
-        )
+            "POST", object_path(resource, namespace), query, doc, resource.full_name,
+            Expected(resource, meta.get("name")),
+        )  # fmt: skip
 
     def get(self, resource: Resource, name: str) -> dict:
         return self.request(
-            "GET", object_path(resource, self.namespace, name), what=resource.full_name
-        )
+            "GET", object_path(resource, self.namespace, name), what=resource.full_name,
+            expect=Expected(resource, name),
+        )  # fmt: skip
 
     def delete(self, resource: Resource, name: str) -> dict:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
@@ -294,6 +332,7 @@ class Cluster:
             object_path(resource, self.namespace, name),
             body=body,
             what=resource.full_name,
+            expect=Expected(resource, name, deleted=True),
         )
 
     def list_objects(self, resource: Resource, selector: str) -> list[dict]:
@@ -303,6 +342,7 @@ class Cluster:
             object_path(resource, self.namespace),
             [("labelSelector", selector)],
             what=resource.full_name,
+            expect=Expected(resource, listed=True),
         )
         items = data.get("items") or []
         if not isinstance(items, list):
@@ -320,9 +360,11 @@ class Cluster:
 
     def storage_classes(self) -> list[dict]:
         """The cluster's StorageClasses (cluster-scoped: a namespaced Role may not read them)."""
-        data = self.request("GET", "/apis/storage.k8s.io/v1/storageclasses", what="storageclasses")
-        items = data.get("items") or []
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        data = self.request(
+            "GET", "/apis/storage.k8s.io/v1/storageclasses", what="storageclasses",
+            expect=Expected(STORAGE_CLASS, listed=True),
+        )  # fmt: skip
+        return [item for item in data["items"] if isinstance(item, dict)]
 
     def list_pods(self, selector: str) -> list[dict]:
         return self.list_objects(POD, selector)
@@ -342,7 +384,9 @@ class Cluster:
                 continue
             crd_name = RESOURCES[key].full_name  # a CRD is named plural.group
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}"
-            crd = self.request("GET", path, what="customresourcedefinitions")
+            crd = self.request(
+                "GET", path, what="customresourcedefinitions", expect=Expected(CRD, crd_name)
+            )
             version = key.split("/")[-2]
             spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
             versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
@@ -361,6 +405,49 @@ class Cluster:
                 group = crd_name.split(".", 1)[1]
                 raise KubeError(f"CRD {crd_name} does not serve {version}; {INSTALL_HINTS[group]}")
         return out
+
+
+STORAGE_CLASS = Resource("StorageClass", "storage.k8s.io", "v1", "storageclasses")
+CRD = Resource(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions"
+)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What an answer must be: an object of this kind (and name), its list, or, for a
+    DELETE, the object or a Status of Success. A server that answers `{}` to everything,
+    or a Pod to a PyTorchJob request, is not believed."""
+
+    resource: Resource
+    name: str | None = None
+    listed: bool = False
+    deleted: bool = False
+
+    def problem(self, answer: dict) -> str | None:
+        kind, api_version = answer.get("kind"), answer.get("apiVersion")
+        if self.deleted and kind == "Status":
+            return None if answer.get("status") == "Success" else "a Status that is not Success"
+        want = f"{self.resource.kind}List" if self.listed else self.resource.kind
+        if (kind, api_version) != (want, self.resource.api_version):
+            shown = f"{kind} {api_version}" if kind or api_version else "no kind"
+            return f"{shown} where {want} {self.resource.api_version} was asked for"
+        if self.listed:
+            return None if isinstance(answer.get("items"), list) else "a list without items"
+        meta = answer.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if self.name is not None and name != self.name:
+            return f"{want} {name!r} where {self.name!r} was asked for"
+        return None
+
+    def check(self, answer: Any, method: str, path: str, host: str) -> None:
+        problem = self.problem(answer) if isinstance(answer, dict) else "not an object"
+        if problem:
+            raise KubeError(
+                f"the API server at {host} answered {method} {path} with {problem}; nothing is "
+                "believed from it: check that the kubeconfig's server is a Kubernetes API "
+                "server (and the operator's version)"
+            )
 
 
 def _status_body(exc: Any) -> dict:

@@ -46,6 +46,20 @@ QUANTITY = Pattern(
     "a Kubernetes quantity (e.g. 500m, 4, 16Gi)",
 )
 ENV_NAME = Pattern(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", "a variable name (e.g. MY_VAR)")
+# What kubeddp, torchrun and the operators set in a training container: a user's entry of the
+# same name would replace theirs (or be replaced), so the chart refuses it.
+RESERVED_ENV_NAME = Pattern(
+    r"^(KUBEDDP_.*|PET_.*|TORCHELASTIC_.*|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|"
+    r"GROUP_RANK|GROUP_WORLD_SIZE|LOCAL_WORLD_SIZE|ROLE_RANK|ROLE_WORLD_SIZE|ROLE_NAME|"
+    r"JOB_COMPLETION_INDEX|PROMETHEUS_MULTIPROC_DIR|PATH)$",
+    "a name kubeddp, torchrun or the operator sets (KUBEDDP_*, PET_*, TORCHELASTIC_*, "
+    "MASTER_ADDR/PORT, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, PATH...); "
+    "a value of yours would replace theirs: choose another name (or the kubeddp option for it)",
+)
+# A ConfigMap or Secret key (the API server's rule).
+CONFIG_KEY = Pattern(
+    r"^[-._a-zA-Z0-9]+$", "a ConfigMap/Secret key (letters, digits, '-', '_', '.')"
+)
 QUALIFIED_NAME = Pattern(
     rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
     "a label or annotation key (an optional DNS prefix and '/', then letters, digits, '-_.')",

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kubeddp.tools import patterns
+from kubeddp.tools import helm_engine, patterns
 from kubeddp.tools.chart_values import option_for
 from kubeddp.tools.render_options import Provenance
 from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
@@ -46,13 +46,6 @@ def chart_dir() -> Path:
 
 
 @functools.cache
-def _chart() -> Any:
-    import helm_python as helm
-
-    return helm.Chart.load(chart_dir())
-
-
-@functools.cache
 def _schema_validator() -> Any:
     import jsonschema
 
@@ -77,7 +70,11 @@ def _describe(error: Any) -> str:
             names = ", ".join(repr(item) for item in taken["enum"])
             return f"{error.instance!r} is taken by kubeddp ({names}); choose another"
     if error.validator == "maxLength":
-        return f"{error.instance!r} is longer than {error.validator_value} characters"
+        shown = error.instance if len(error.instance) <= 80 else error.instance[:60] + "..."
+        return (
+            f"{shown!r} ({len(error.instance)} characters) is longer than the limit of "
+            f"{error.validator_value}"
+        )
     return error.message
 
 
@@ -85,7 +82,7 @@ def check_values(values: dict[str, Any], provenance: Provenance) -> None:
     """The chart's schema, as Helm would apply it, on the chart's defaults plus `values`."""
     import jsonschema
 
-    merged = _chart().merge_values(values)
+    merged = helm_engine.merge_values(helm_engine.chart_defaults(chart_dir()), values)
     error = jsonschema.exceptions.best_match(_schema_validator().iter_errors(merged))
     if error is not None:
         path = ".".join(str(part) for part in error.absolute_path)
@@ -119,18 +116,16 @@ def render_documents(
 ) -> list[dict]:
     """The job's objects in apply order; RenderError for bad values. `notes` gets the NOTES
     line that says which storage the job uses and what the cluster must offer."""
-    import helm_python as helm
-
     provenance = provenance or {}
     check_values(values, provenance)
     try:
-        rendered = _chart().render(
+        rendered = helm_engine.render(
+            chart_dir(),
             values,
             name=values["fullnameOverride"],
             namespace=values.get("namespaceOverride") or None,
-            is_install=True,
         )
-    except helm.HelmError as exc:
+    except helm_engine.HelmFailed as exc:
         raise _helm_error(exc, provenance) from None
     if notes is not None:
         for path, text in rendered.items():

@@ -1,8 +1,11 @@
 """Schema checks of one manifest document; each returns `(field path, message)` pairs.
 
-- core kinds: the Kubernetes OpenAPI schemas of `kubernetes-validate`, strict (unknown fields fail)
-- PyTorchJob offline: the `kubeflow-training` SDK models' `openapi_types`/`attribute_map`, walked
-- TrainJob offline: the `kubeflow-trainer-api` pydantic models, extra keys rejected, strict types
+- core kinds: the strict Kubernetes OpenAPI schemas bundled in tools/schemas (unknown fields
+  fail); other core kinds through `kubernetes-validate` where that is installed
+- PyTorchJob offline: the `kubeflow-training` SDK models' `openapi_types`/`attribute_map`, walked,
+  where the SDK is installed; else the bundled CRD schema (tools/schemas)
+- TrainJob offline: the `kubeflow-trainer-api` pydantic models, extra keys rejected, strict types,
+  where installed; else the bundled CRD schema
 - any CRD kind online: the CRD's `openAPIV3Schema` read from the cluster, with unknown fields
   rejected (the API server would silently prune them)
 
@@ -13,11 +16,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import json
 import typing
 from typing import Any
 
-KUBERNETES_SCHEMA_VERSION = "1.37.0"
+from kubeddp.tools import bundled_schemas
+from kubeddp.tools.bundled_schemas import KUBERNETES_SCHEMA_VERSION
+
 Issue = tuple[str, str]
 # Fields whose SDK type says `str` but which the API accepts as int-or-string quantities.
 QUANTITY_MAPS = {"limits", "requests", "capacity"}
@@ -35,7 +41,22 @@ class SchemaUnavailable(LookupError):
     """No schema for this apiVersion/kind in the offline sources."""
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def core_issues(doc: dict) -> list[Issue]:
+    import jsonschema
+
+    validator = bundled_schemas.core_validator(f"{doc.get('apiVersion')}/{doc.get('kind')}")
+    if validator is not None:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+        return [] if error is None else [(join_path(list(error.absolute_path)), error.message)]
+    if not _installed("kubernetes_validate"):
+        raise SchemaUnavailable(f"{doc.get('apiVersion')} {doc.get('kind')}")
     import kubernetes_validate
 
     try:
@@ -123,6 +144,18 @@ def _swagger_walk(value: Any, type_name: str, path: list[Any], issues: list[Issu
             issues.append((join_path([*path, key]), f"unknown field (known here: {known})"))
             continue
         _swagger_walk(item, model.openapi_types[by_json_name[key]], [*path, key], issues)
+
+
+def pytorchjob_issues(doc: dict) -> list[Issue]:
+    if _installed("kubeflow.training"):
+        return pytorchjob_sdk_issues(doc)
+    return crd_issues(doc, bundled_schemas.crd_schema("kubeflow.org/v1/PyTorchJob"))
+
+
+def trainjob_issues(doc: dict) -> list[Issue]:
+    if _installed("kubeflow_trainer_api"):
+        return trainjob_sdk_issues(doc)
+    return crd_issues(doc, bundled_schemas.crd_schema("trainer.kubeflow.org/v1alpha1/TrainJob"))
 
 
 def pytorchjob_sdk_issues(doc: dict) -> list[Issue]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import typing
 from collections.abc import Callable
 
@@ -36,5 +37,29 @@ def number(
                 bound += f" and <= {high:g}"
             raise argparse.ArgumentTypeError(f"{text!r} must be a finite number {bound}")
         return value
+
+    return parse
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def duration(low: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type for seconds: a number (`90`) or Go-style units as kubectl and helm take
+    them (`90s`, `10m`, `1h`, `1h30m`); the same range checks as `number`."""
+    check = number(float, low, above=above)
+
+    def parse(text: str) -> float:
+        spec = text.strip()
+        parts = _DURATION_PART.findall(spec)
+        if parts and "".join(f"{amount}{unit}" for amount, unit in parts) == spec:
+            return check(str(sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in parts)))
+        try:
+            return check(spec)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration; give seconds (90) or units (90s, 10m, 1h)"
+            ) from None
 
     return parse

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from kubeddp.trainer import yaml_io
+from kubeddp.trainer.constants import METRICS_PORT
 
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
 MAX_COUNT = 2**31 - 1
@@ -283,7 +284,10 @@ class CheckpointConfig:
 class MetricsConfig:
     enabled: bool = setting(True, "serve Prometheus `/metrics`")
     port: int = setting(
-        9400, "port of `/metrics`; 0 = a free port (printed at start)", minimum=0, maximum=65535
+        METRICS_PORT,
+        "port of `/metrics`; 0 = a free port (printed at start)",
+        minimum=0,
+        maximum=65535,
     )
     bind: str = setting("auto", "`auto` = `0.0.0.0` in a pod, `127.0.0.1` elsewhere; or an address")
     pushgateway: str = setting("", "`host:port` of a Pushgateway for a final summary; empty = off")

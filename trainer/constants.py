@@ -12,7 +12,10 @@ PYTORCHJOB_PORT = 23456  # Training Operator v1 default for the port named `pyto
 TRAINJOB_PORT = 29500  # Kubeflow Trainer v2 constants.ContainerTrainerPort
 INDEXEDJOB_PORT = 29500
 TORCHRUN_PORT = 29500  # torchrun's --master-port default; `kubeddp train --master-addr` uses it
-METRICS_PORT = 9400
+# Not 9400: dcgm-exporter listens there on GPU nodes (host network on bare metal and in some
+# GPU Operator setups), and 9100-9999 is all allocated to Prometheus exporters. 8479 is outside
+# that range, ML servers (6006, 8000, 8080, 8265, 8888), torchrun (29400, 29500) and ephemerals.
+METRICS_PORT = 8479
 
 # Paths inside the image (writable with a read-only root filesystem: volumes/emptyDirs)
 CHECKPOINT_DIR = "/checkpoints"
@@ -60,3 +63,13 @@ ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the k
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
+# "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
+ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"
+# The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
+# kubeddp's own (the chart's schema reserves them: tools/patterns.py RESERVED_ENV_NAME).
+USER_ENV_SETTINGS = (
+    ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
+    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",
+)  # fmt: skip
+# Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
+ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"

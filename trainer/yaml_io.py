@@ -18,7 +18,9 @@ Errors are `YamlInputError`, one line that names the source and the line.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -220,9 +222,19 @@ def decode_text(data: bytes, source: str) -> str:
 
 
 def read_text(path: str | os.PathLike[str], source: str | None = None) -> str:
-    """A text file, read at most MAX_BYTES + 1 bytes far (so /dev/zero ends); OSError as is."""
+    """A regular text file, read at most MAX_BYTES + 1 bytes far; OSError as is.
+
+    Opened without blocking and refused unless a regular file: a FIFO would block forever
+    (open waits for a writer, read for its data), a device such as /dev/zero never ends."""
     source = source or str(path)
-    with open(Path(path), "rb") as handle:
+    fd = os.open(Path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket is never "
+                          "read); give the path of a YAML file")  # fmt: skip
         data = handle.read(MAX_BYTES + 1)
     return decode_text(data, source)
 

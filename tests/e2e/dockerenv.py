@@ -27,11 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(os.environ.get("KUBEDDP_TEST_CACHE", "/var/cache/kubeddp-test"))
 BASE_IMAGE = "kubeddp-base:bookworm"
+LOCK = REPO / "requirements" / "image.lock"  # the image's hash-locked Python packages
 IMAGE = "kubeddp:e2e-cpu"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3,python3-venv,tini,ca-certificates"
 BASE_PYTHON = (3, 11)  # bookworm's python3: the wheels downloaded on the host must match it
 TORCH_VERSION = "2.13.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Label on every container and network a test creates, so leftovers of a killed run are found.
 TEST_LABEL = "io.kubeddp.e2e"
 # Test networks use TEST-NET-3 (RFC 5737): never a real address, never the host's own range.
@@ -179,6 +181,16 @@ def wheel_dir() -> Path:
     return CACHE_DIR / "wheels"
 
 
+def _torch_cpu_source() -> list[str]:
+    """The CPU torch wheel: from a local wheel folder in $PIP_FIND_LINKS when one has it (no
+    registry is asked), else from PyTorch's CPU index (PyPI's Linux x86_64 torch is the CUDA
+    build, which needs 3 GB of CUDA libraries the CPU image must not carry)."""
+    for folder in os.environ.get("PIP_FIND_LINKS", "").split():
+        if list(Path(folder).glob(f"torch-{TORCH_VERSION}+cpu-*.whl")):
+            return ["--no-index", "--find-links", folder]
+    return ["--extra-index-url", TORCH_CPU_INDEX]
+
+
 def ensure_wheels() -> None:
     """Download torch and every dependency of kubeddp as wheels for bookworm's Python."""
     if sys.version_info[:2] != BASE_PYTHON:
@@ -189,25 +201,16 @@ def ensure_wheels() -> None:
         )
     wheel_dir().mkdir(parents=True, exist_ok=True)
     # pip download resolves against PyPI every time (tens of seconds): skip it while the
-    # declared dependencies are the ones the cached wheels were downloaded for.
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + TORCH_VERSION.encode())
+    # locked packages are the ones the cached wheels were downloaded for.
+    digest = hashlib.sha256(LOCK.read_bytes() + TORCH_VERSION.encode())
     stamp = wheel_dir() / ".pyproject-sha256"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
-    sh(
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--dest",
-        wheel_dir(),
-        "--only-binary=:all:",
-        REPO,
-        "setuptools>=68",
-        f"torch=={TORCH_VERSION}",
-        timeout=1200,
-    )
+    # What the Dockerfile installs: the hash-locked packages, and torch (the CPU wheel).
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", wheel_dir()]
+    download += ["--only-binary=:all:", "--no-deps"]
+    sh(*download, "--require-hashes", "-r", LOCK, timeout=1200)
+    sh(*download, *_torch_cpu_source(), f"torch=={TORCH_VERSION}+cpu", timeout=1200)
     if not list(wheel_dir().glob(f"torch-{TORCH_VERSION}*.whl")):
         raise DockerSetupError(f"no torch {TORCH_VERSION} wheel in {wheel_dir()}")
     stamp.write_text(digest.hexdigest())

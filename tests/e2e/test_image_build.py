@@ -11,9 +11,10 @@ from pathlib import Path
 
 import dockerenv
 import pytest
+import yaml
 
 from kubeddp.tools import k8s_names
-from kubeddp.trainer import constants
+from kubeddp.trainer import __version__, constants
 
 DOCKERFILE = dockerenv.REPO / "Dockerfile"
 
@@ -55,7 +56,15 @@ def test_image_config(cpu_image: str) -> None:
         assert env[key].startswith(constants.SCRATCH_DIR + "/") or env[key] == "/tmp", key
     labels = config["Labels"]
     assert labels["org.opencontainers.image.title"] == "kubeddp"
-    assert labels["org.opencontainers.image.version"]
+    # One version: the image label, the wheel's `kubeddp --version`, the chart's appVersion.
+    assert labels["org.opencontainers.image.version"] == __version__
+    chart = yaml.safe_load((dockerenv.REPO / "charts" / "kubeddp" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    said = dockerenv.sh(
+        "docker", "run", "--rm", "--network", "none", "--entrypoint", "kubeddp", cpu_image,
+        "--version",
+    )  # fmt: skip
+    assert said.stdout.strip() == f"kubeddp {__version__}"
     assert labels["io.kubeddp.variant"] == "cpu"
     assert f"{constants.METRICS_PORT}/tcp" in config["ExposedPorts"]
 

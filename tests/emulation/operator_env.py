@@ -28,7 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # loaded by path from other tests
 
-from tests.helpers.reference import CRDS  # noqa: E402
+from tests.helpers.reference import CRDS, read_text  # noqa: E402
 
 TABLE_FILE = Path(__file__).with_name("operator_table.csv")
 TORCH_RUNTIME_FILE = CRDS / "clustertrainingruntime_torch-distributed.v2.3.0.yaml"
@@ -437,7 +437,7 @@ def _trainjob_nproc(trainer: dict[str, Any], runtime_resources: dict[str, Any]) 
 def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) -> JobPlan:
     name = job["metadata"]["name"]
     spec = job["spec"]
-    runtime = runtime or yaml.safe_load(TORCH_RUNTIME_FILE.read_text())
+    runtime = runtime or yaml.safe_load(read_text(TORCH_RUNTIME_FILE))
     ref = spec.get("runtimeRef", {})
     if ref.get("name") != runtime["metadata"]["name"]:
         raise ManifestError(

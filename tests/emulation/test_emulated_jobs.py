@@ -117,7 +117,7 @@ def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
 def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:
     """The pod's /metrics as {name: value} (unlabelled samples), fetched inside the pod network."""
     run = cluster.pods[pod]
-    url = f"http://{run.ip}:9400/metrics"
+    url = f"http://{run.ip}:8479/metrics"
     code = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=2).read().decode())"  # noqa: E501
     done = subprocess.run(
         ["ip", "netns", "exec", cluster.bridge_ns, sys.executable, "-c", code],
@@ -156,7 +156,7 @@ def test_pytorchjob_with_a_master_gets_init_pytorch(cluster_factory) -> None:
     metrics = cluster.run_until(
         lambda: (m := scrape(cluster, "pt-master-0")).get("kubeddp_step", 0) > 0 and m,
         JOB_SECONDS,
-        "kubeddp_step > 0 on pt-master-0:9400/metrics",
+        "kubeddp_step > 0 on pt-master-0:8479/metrics",
     )
     assert isinstance(metrics, dict)
     assert metrics.get("kubeddp_world_size") == 2, metrics
@@ -264,7 +264,9 @@ def test_trainjob_two_nodes(cluster: EmulatedCluster) -> None:
     plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY)
     assert [p.name for p in plan.pods] == ["tj-node-0-0", "tj-node-0-1"]
     assert "tj-node-0-0.tj" in plan.pods[0].dns_names
-    assert plan.restart_policy == {"node": "OnFailure"} and plan.backoff_limit == 6
+    # kubeddp's own TrainingRuntime: pods Never, backoffLimit 3, a JobSet failurePolicy
+    assert plan.restart_policy == {"node": "Never"} and plan.backoff_limit == 3
+    assert plan.jobset_failure_policy is not None
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
@@ -300,16 +302,19 @@ def test_failing_pod_fails_the_job(cluster: EmulatedCluster) -> None:
 
 @pytest.mark.timeout(JOB_SECONDS)
 def test_trainjob_pod_restarts_in_place_until_the_jobs_backoff_limit(cluster_factory) -> None:
-    """JobSet's pods restart OnFailure in place (same pod, same emptyDirs); the Job fails when
-    the restarts of its pods add up to its backoffLimit of 6 (not at the first failure)."""
+    """On Trainer's own torch-distributed runtime (--no-own-runtime) JobSet's pods restart
+    OnFailure in place (same pod, same emptyDirs); the Job fails when the restarts of its pods
+    add up to its backoffLimit of 6 (not at the first failure), and with no JobSet
+    failurePolicy the TrainJob fails with it."""
     # A launch that fails the same way every time (exit 2): only the restart count ends it.
     plan = render("trainjob", "--name", "tf", "--nodes", "2", "--nproc-per-node", "1",
-                  "--env", "KUBEDDP_RDZV_WAIT_SECONDS=soon", *TINY)  # fmt: skip
+                  "--no-own-runtime", "--env", "KUBEDDP_RDZV_WAIT_SECONDS=soon", *TINY)  # fmt: skip
     cluster = cluster_factory(restart_delay_seconds=0.2)
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS - 30)
     assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"
     assert "BackoffLimitExceeded: 6 restarts" in status.reason, status
+    assert "there is no failurePolicy" in status.reason, status
     assert status.counters.restarts == 6
     job_pods = [r for r in cluster.history if r.plan.replica_type != "Deployment"]  # no keeper
     assert [r.plan.name for r in job_pods] == ["tf-node-0-0", "tf-node-0-1"], "no new pods"

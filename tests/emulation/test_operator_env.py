@@ -36,7 +36,7 @@ from operator_env import (
 )
 
 from kubeddp.trainer import exit_codes
-from tests.helpers.reference import ENV_MATRIX
+from tests.helpers.reference import ENV_MATRIX, require
 from tests.helpers.render import render_job
 
 
@@ -158,9 +158,8 @@ def test_operator_table_rows_cite_their_upstream_file() -> None:
         assert row["operator"] and row["env_var"] and row["condition"], row
 
 
-@pytest.mark.skipif(not ENV_MATRIX.is_file(), reason=f"reference env matrix not at {ENV_MATRIX}")
 def test_operator_table_agrees_with_the_reference_matrix() -> None:
-    with ENV_MATRIX.open(newline="") as handle:
+    with require(ENV_MATRIX).open(newline="") as handle:
         reference = list(csv.DictReader(handle))
     ours = {tuple(row.items()) for row in table()}
     missing = [row for row in reference if tuple(row.items()) not in ours]

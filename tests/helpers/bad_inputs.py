@@ -31,6 +31,17 @@ class Row:
     env: dict[str, str] = field(default_factory=dict)  # launch: the whole rendezvous env
     api: str | None = None  # None: no server; "ok": answers routes; else a misbehaviour
     api_untouched: bool = False  # the server must receive no request at all
+    in_tmp: bool = False  # run in the tmp dir (where the row's files are)
+    must_not_exist: tuple[str, ...] = ()  # files (under tmp) the command must never make
+    fifos: tuple[str, ...] = ()  # named pipes made under tmp, with no writer
+    stdout: str | None = None  # "full" (/dev/full), "closed" or "broken-pipe"; None: captured
+    training: bool = False  # a real training run: only as a process (test_bad_input.py)
+    notes: tuple[str, ...] = ()  # starts of informational stderr lines that may precede the one
+
+
+def error_lines(row: Row, err: str) -> list[str]:
+    """The stderr lines that count: all but the row's informational notes."""
+    return [line for line in err.splitlines() if line.strip() and not line.startswith(row.notes)]
 
 
 def _text(value: str) -> bytes:
@@ -449,7 +460,7 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
     "submit": ("submit", "-f", "{tmp}/cm.yaml", "--validate-against", "offline"),
     "validate": ("validate", "{tmp}/job.yaml", "--validate-against", "cluster"),
 }
-SLOW_MISBEHAVIOURS = ("hang", "hang-body")  # each costs the request timeout (1 s)
+SLOW_MISBEHAVIOURS = ("hang", "hang-body", "drip")  # each costs the request timeout (1 s)
 
 
 def api_rows() -> list[Row]:
@@ -475,6 +486,9 @@ def all_rows() -> list[Row]:
         *kubeconfig_rows(),
         *api_rows(),
     ]
+    from tests.helpers.hostile_inputs import hostile_rows  # it imports Row from here
+
+    rows += hostile_rows()
     ids = [row.id for row in rows]
     assert len(ids) == len(set(ids)), "row ids must be unique"
     return rows

@@ -33,7 +33,18 @@ MISBEHAVIOURS = (
     "json-bad",  # 200 application/json that is not JSON
     "truncated",  # Content-Length 1000, 10 bytes, close
     "garbage",  # not HTTP at all
+    "empty-object",  # 200 `{}` to everything: JSON, an object, but no Kubernetes object
+    "wrong-kind",  # 200 with a Pod, whatever was asked for
+    "deep",  # 200 with an object nested 100,000 deep
+    "drip",  # the answer a byte at a time, each soon enough for a per-read timeout
 )
+A_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p"},
+    "status": {"phase": "Running"},
+}
+DRIP_SECONDS = 0.3  # between two bytes of a "drip" answer
 
 
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -83,6 +94,8 @@ class FakeApiServer:
                 status, body = fake.routes.get(
                     (self.command, url.path), (404, "404 page not found")
                 )
+                if body is None:  # what the API server answers when a test did not say
+                    body = self._usual_answer(body_sent)
                 if callable(body):
                     body = body()
                 if isinstance(body, (dict, list)):
@@ -90,6 +103,14 @@ class FakeApiServer:
                 else:
                     data, ctype = str(body).encode(), "text/plain"
                 self._answer(status, ctype, data)
+
+            def _usual_answer(self, body_sent: object) -> object:
+                """POST: the object as created; DELETE: a Status of Success; GET: {}."""
+                if self.command == "POST" and isinstance(body_sent, dict):
+                    return body_sent
+                if self.command == "DELETE":
+                    return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+                return {}
 
             def _answer(self, status: int, ctype: str, data: bytes) -> None:
                 self.send_response(status)
@@ -132,6 +153,24 @@ class FakeApiServer:
                     self.wfile.write(b'{"kind": "')
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
+                elif mode == "empty-object":
+                    self._answer(200, "application/json", b"{}")
+                elif mode == "wrong-kind":
+                    self._answer(200, "application/json", json.dumps(A_POD).encode())
+                elif mode == "deep":
+                    deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+                    self._answer(200, "application/json", deep)
+                elif mode == "drip":
+                    data = json.dumps(A_POD).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    for byte in data:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        if fake.release.wait(DRIP_SECONDS):
+                            break
                 elif mode == "garbage":
                     self.wfile.write(b"\x00\xffnot http at all\r\n\r\n")
                     self.wfile.flush()
@@ -153,7 +192,7 @@ class FakeApiServer:
         )
 
     def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
-        self.routes[(method, path)] = (status, {} if body is None else body)
+        self.routes[(method, path)] = (status, body)  # None: the usual answer (_usual_answer)
 
     def calls(self, method: str | None = None) -> list[dict]:
         return [r for r in self.requests if method is None or r["method"] == method]

@@ -229,6 +229,18 @@ def run(
         return Finished(code, proc.output())
 
 
+def _stdout_target(mode: str | None, file) -> tuple[object, list[int]]:
+    """What Popen gets as stdout, and the fds to close once the child has its copy."""
+    if mode == "full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+        return fd, [fd]
+    if mode == "broken-pipe":
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # no reader: the child's first write gets EPIPE
+        return write_end, [write_end]
+    return file, []
+
+
 @dataclass
 class Split:
     code: int
@@ -237,20 +249,30 @@ class Split:
 
 
 def run_split(
-    argv: Sequence[str], work_dir: Path, timeout: float, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    work_dir: Path,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stdout: str | None = None,
 ) -> Split:
     """Run to completion with stdout and stderr kept apart (files, never pipes); everything it
-    started is killed afterwards, as with `run`."""
+    started is killed afterwards, as with `run`. `stdout`: "full" (/dev/full), "closed" (no
+    fd 1 at all) or "broken-pipe" (a pipe whose reader is gone) instead of a file."""
     tag = uuid.uuid4().hex
     full_env = dict(env if env is not None else child_env())
     full_env[TAG_ENV] = tag
     out_path, err_path = work_dir / f"{tag}.out", work_dir / f"{tag}.err"
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            target, close_fds_after = _stdout_target(stdout, out)
             popen = subprocess.Popen(
-                list(argv), env=full_env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=err, start_new_session=True,
+                list(argv), env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL,
+                stdout=target, stderr=err, start_new_session=True,
+                preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None,
             )  # fmt: skip
+            for fd in close_fds_after:
+                os.close(fd)
             try:
                 code = popen.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -177,23 +177,73 @@ SUBPROCESS_ROWS = (
 ROWS = {row.id: row for row in bad_inputs.all_rows()}
 
 
-@pytest.mark.parametrize("row_id", SUBPROCESS_ROWS)
-def test_bad_input_row_as_a_process(row_id: str, tmp_path: Path) -> None:
-    row = ROWS[row_id]
+# Issue 24's classes, each where the fault needs a real process: a launcher that must not run
+# the user's module, a stdout that is /dev/full, closed or a pipe without reader, a FIFO, a
+# server that drips its answer.
+SUBPROCESS_ROWS += (
+    "module-file-typo",
+    "module-file-typo-dry-run",
+    "module-package-without-main",
+    "flag-master-addr-with-port",
+    "flag-master-addr-empty",
+    "flag-master-addr-space",
+    "flag-rdzv-endpoint-no-port",
+    "flag-master-port-zero",
+    "flag-nproc-huge",
+    "flag-nnodes-huge",
+    "launch-env-rdzv-conf-malformed",
+    "launch-env-rdzv-backend-unknown",
+    "render-stdout-full",
+    "render-stdout-closed",
+    "render-stdout-broken-pipe",
+    "submit-client-stdout-broken-pipe",
+    "train-dry-run-stdout-full",
+    "env-reserved-KUBEDDP_NNODES",
+    "env-secret-reserved-LOCAL_RANK",
+    "render-env-secret-digit-name",
+    "render-nodes-above-int32",
+    "train-config-fifo",
+    "script-config-trainer-key",
+    "submit-file-empty",
+    "api-empty-object-status",
+    "api-empty-object-submit",
+    "api-empty-object-delete",
+    "api-wrong-kind-status",
+    "api-deep-status",
+    "api-drip-status",
+)
+TRAINING_ROWS = tuple(row.id for row in bad_inputs.all_rows() if row.training)
+
+
+def run_row(row: bad_inputs.Row, tmp_path: Path) -> tuple[procs.Split, list]:
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     env.update({"HOME": str(tmp_path), "KUBEDDP_DRY_RUN_GPUS": "0", **row.env})
     for name, content in row.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(content)
+    for name in row.fifos:
+        os.mkfifo(tmp_path / name)
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in row.argv]
+    cwd = tmp_path if row.in_tmp else None
     with fake_api.running() as server:
         server.misbehaviour = None if row.api in (None, "ok") else row.api
         if row.api is not None and "--kubeconfig" not in argv:
             kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
             argv += ["--kubeconfig", str(kubeconfig), "--request-timeout", "1"]
-        done = procs.run_split(procs.kubeddp_argv(*argv), tmp_path, timeout=60, env=env)
+        done = procs.run_split(procs.kubeddp_argv(*argv), tmp_path, timeout=90, env=env,
+                               cwd=cwd, stdout=row.stdout)  # fmt: skip
         requests = list(server.requests)
+    for name in row.must_not_exist:
+        assert not (tmp_path / name).exists(), "the user's code ran in the launcher"
+    return done, requests
+
+
+@pytest.mark.parametrize("row_id", SUBPROCESS_ROWS)
+def test_bad_input_row_as_a_process(row_id: str, tmp_path: Path) -> None:
+    row = ROWS[row_id]
+    done, requests = run_row(row, tmp_path)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = bad_inputs.error_lines(row, done.stderr)
     assert done.code == row.code, f"exit {done.code}, want {row.code}\n{done.stderr}"
     assert len(lines) == 1, done.stderr
     for word in row.mentions:
@@ -220,3 +270,28 @@ def test_compile_on_without_a_compiler(tmp_path: Path) -> None:
         "train.compile=off",
     )
     assert "rendezvous" not in done.output  # refused before the launcher planned anything
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("row_id", TRAINING_ROWS)
+def test_user_program_row(row_id: str, tmp_path: Path) -> None:
+    """A real run of the user's program (2 gloo workers): the exit class is the program's, said
+    in one kubeddp line; a bad call to kubeddp.api or another process's half-written metrics
+    file never ends the program."""
+    row = ROWS[row_id]
+    done, _ = run_row(row, tmp_path)
+    assert done.code == row.code, f"exit {done.code}, want {row.code}\n{done.stderr}"
+    lines = done.stderr.splitlines()
+    if row.code == exit_codes.OK:
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "the program went on" in done.stdout, done.stdout
+        assert not [line for line in lines if ": error" in line], done.stderr
+        said = [line for line in lines if "kubeddp.api" in line]
+        # the same warning from each of the two workers, once each, never repeated
+        assert all(all(w in line for w in row.mentions) for line in said), done.stderr
+        assert len(said) == (2 if row.mentions else 0), done.stderr
+        return
+    said = [line for line in lines if all(word in line for word in row.mentions)]
+    assert len(said) >= 1, done.stderr
+    last = [line for line in lines if line.startswith(("kubeddp", "[kubeddp]"))][-1]
+    assert f"exit code {row.code} (" in last or row.code == exit_codes.BAD_INPUT, last

@@ -61,7 +61,8 @@ def test_a_server_that_never_answers_ends_the_command_in_its_timeout(argv, tmp_p
         done = kubeddp(tmp_path, server, *argv, "--request-timeout", "2")
         took = time.monotonic() - start
     assert done.code == CLUSTER_ERROR, done.stderr
-    (line,) = done.stderr.strip().splitlines()
+    # one error; submit may first note the StorageClasses it could not read, render its storage
+    (line,) = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert "did not answer within 2s" in line, line
     assert took < 20, f"{argv[0]} took {took:.0f}s with a 2 s request timeout"
 
@@ -74,6 +75,6 @@ def test_render_falls_back_offline_when_the_server_hangs(tmp_path) -> None:
         took = time.monotonic() - start
     assert done.code == 0, done.stderr
     assert "kind: PyTorchJob" in done.stdout
-    (line,) = done.stderr.strip().splitlines()
+    (line,) = [line for line in done.stderr.splitlines() if "Checkpoints:" not in line]
     assert "validating offline" in line and "did not answer" in line
     assert took < 30, f"render took {took:.0f}s"

@@ -115,3 +115,18 @@ def test_program_that_fails_at_once_is_restarted_only_max_restarts_times(tmp_pat
     assert done.code == exit_codes.TRAINING_FAILED, done.output[-3000:]
     assert done.output.count("started") == 4, done.output[-3000:]  # 2 workers x (1 + 1 restart)
     assert "training failed (worker exit code 1)" in done.output
+
+
+def test_launch_era_script_takes_the_torch_2_spelling(tmp_path: Path) -> None:
+    """torch 2.x's torch.distributed.launch passes `--local-rank`: the example takes it too."""
+    done = procs.run(
+        procs.kubeddp_argv(
+            "train", "--nproc", "2", "--script", str(user_script.LAUNCH_ERA_SCRIPT), "--",
+            "--local-rank=${local_rank}", "--steps", "2",
+        ),
+        tmp_path / "dash.log",
+        user_script.RUN_SECONDS,
+    )  # fmt: skip
+    assert done.code == 0, done.output[-3000:]
+    seen = [json.loads(m) for m in re.findall(r"launch-era worker: (\{[^{}]*\})", done.output)]
+    assert sorted((s["rank"], s["local_rank"]) for s in seen) == [(0, 0), (1, 1)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,10 @@ import pytest
 from kubeddp.tools.cli import main
 from kubeddp.trainer.launcher import launch
 from tests.helpers import fake_api
-from tests.helpers.bad_inputs import Row, all_rows
+from tests.helpers.bad_inputs import Row, all_rows, error_lines
 
 pytestmark = pytest.mark.timeout(60)
-ROWS = all_rows()
+ROWS = [row for row in all_rows() if not row.training]  # training runs: as processes only
 # What the launcher reads: none of this machine's (or CI's) values may leak into a row.
 LAUNCH_ENV_PREFIXES = ("PET_", "MASTER_", "TORCHELASTIC_", "KUBEDDP_", "GROUP_", "LOCAL_")
 LAUNCH_ENV_NAMES = ("RANK", "WORLD_SIZE", "JOB_COMPLETION_INDEX", "KUBECONFIG",
@@ -54,10 +55,11 @@ def run_row(row: Row, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, st
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(launch, "run_agent", _never_started)
     monkeypatch.setattr(launch, "start_for_launch", _never_started)
-    for name, content in row.files.items():
-        (tmp_path / name).write_bytes(content)
+    write_files(row, tmp_path)
+    if row.in_tmp:
+        monkeypatch.chdir(tmp_path)
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in row.argv]
-    with _api(row, tmp_path) as (cluster_options, server):
+    with _api(row, tmp_path) as (cluster_options, server), _stdout(row, monkeypatch):
         if cluster_options and "--kubeconfig" not in argv and "--" not in argv:
             argv += cluster_options
         try:
@@ -66,12 +68,47 @@ def run_row(row: Row, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, st
             code = exc.code
         requests = list(server.requests) if server else []
     out, err = capsys.readouterr()
+    for name in row.must_not_exist:
+        assert not (tmp_path / name).exists(), f"{row.id}: the user's code ran in the launcher"
     return code, out, err, requests
+
+
+def write_files(row: Row, tmp_path: Path) -> None:
+    for name, content in row.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    for name in row.fifos:
+        os.mkfifo(tmp_path / name)
+
+
+@contextlib.contextmanager
+def _stdout(row: Row, monkeypatch) -> Iterator[None]:
+    """A real stdout that cannot be written: /dev/full, none (closed), a pipe with no reader."""
+    if row.stdout is None:
+        yield
+        return
+    if row.stdout == "closed":
+        monkeypatch.setattr(sys, "stdout", None)
+        yield
+        return
+    if row.stdout == "full":
+        stream = open("/dev/full", "w")  # noqa: SIM115 - closed below
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        stream = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stream)
+    try:
+        yield
+    finally:
+        monkeypatch.undo()  # sys.stdout back before the stream goes
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 def check_row(row: Row, code: int, out: str, err: str, requests: list) -> None:
     assert "Traceback" not in out + err, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = error_lines(row, err)
     assert code == row.code, f"{row.id}: exit {code}, want {row.code}\n{err}"
     assert len(lines) == 1, f"{row.id}: {len(lines)} lines on stderr:\n{err}"
     for word in row.mentions:

@@ -2,7 +2,7 @@
 
 - `helm lint --strict` passes with every ci/ values file;
 - every ci/ values file renders objects that pass `kubeddp validate`'s checks, both against the
-  reference CRDs ($KUBEDDP_REFERENCE_DIR) and offline (Kubeflow SDK models);
+  reference CRDs (tests/reference) and offline (Kubeflow SDK models);
 - `kubeddp render` with the same settings as a ci/ values file (its options written out here,
   independently of render's mapping) makes the same objects as `helm install` (Helm's labels
   and hooks aside);
@@ -67,7 +67,7 @@ def render(values: dict[str, Any]) -> list[dict]:
 def reference_crd_schemas() -> dict[str, dict]:
     schemas = {}
     for key, (file_name, version) in CRD_FILES.items():
-        crd = yaml.safe_load((CRDS / file_name).read_text())
+        crd = yaml.safe_load(reference.read_text(CRDS / file_name))
         (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
         schemas[key] = served["schema"]["openAPIV3Schema"]
     return schemas
@@ -107,8 +107,6 @@ def test_ci_files_cover_every_scenario() -> None:
 def test_rendered_objects_pass_kubeddp_validate(values_file: Path, crds: str) -> None:
     docs = render(ci_values(values_file))
     if crds == "reference-crds":
-        if not CRDS.is_dir():
-            pytest.skip(f"reference CRDs not at {CRDS}")
         problems = validate_documents(docs, values_file.name, reference_crd_schemas())
     else:
         problems = validate_documents(docs, values_file.name)
@@ -192,9 +190,9 @@ CI_ARGV = {
 }  # fmt: skip
 # More chart values -> options, for the corners the ci/ files do not reach.
 MORE_CASES = {
-    "indexedjob-env-override": (
-        {"kind": "IndexedJob", "env": {"KUBEDDP_MASTER_PORT": "29600", "NCCL_DEBUG": "INFO"}},
-        ["indexedjob", "--env", "KUBEDDP_MASTER_PORT=29600", "--env", "NCCL_DEBUG=INFO"],
+    "indexedjob-env": (  # kubeddp's own KUBEDDP_MASTER_PORT is reserved: not an override
+        {"kind": "IndexedJob", "env": {"KUBEDDP_CPU_NPROC": "2", "NCCL_DEBUG": "INFO"}},
+        ["indexedjob", "--env", "KUBEDDP_CPU_NPROC=2", "--env", "NCCL_DEBUG=INFO"],
     ),
     "indexedjob-onfailure": (
         {"kind": "IndexedJob", "restartPolicy": "OnFailure", "checkpoints": {"existingClaim": "c"}},
@@ -380,17 +378,17 @@ NOTES_COMMANDS = {
     "PyTorchJob": [
         "kubectl -n ml get pytorchjob demo-kubeddp",
         "logs -f demo-kubeddp-worker-0",
-        "port-forward pod/demo-kubeddp-worker-0 9400:9400",
+        "port-forward pod/demo-kubeddp-worker-0 8479:8479",
     ],
     "TrainJob": [
         "kubectl -n ml get trainjob demo-kubeddp",
         "-l jobset.sigs.k8s.io/jobset-name=demo-kubeddp",
-        "9400:9400",
+        "8479:8479",
     ],
     "IndexedJob": [
         "kubectl -n ml get job demo-kubeddp",
         "-l batch.kubernetes.io/job-name=demo-kubeddp",
-        "9400:9400",
+        "8479:8479",
     ],
 }
 

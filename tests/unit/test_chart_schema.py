@@ -41,6 +41,43 @@ SCHEMA_REJECTS = {
     # case: (values, texts the message must contain)
     "wrong type": ({"nodes": "two"}, ["/nodes", "got string, want null or integer"]),
     "nodes < 1": ({"nodes": 0}, ["/nodes", "minimum: got 0, want 1"]),
+    "nodes above int32": ({"nodes": 2**31}, ["/nodes", "maximum"]),
+    "env of kubeddp's own": ({"env": {"KUBEDDP_NNODES": "9"}}, ["propertyName 'KUBEDDP_NNODES'"]),
+    "env of torchrun's own": ({"env": {"LOCAL_RANK": "3"}}, ["propertyName 'LOCAL_RANK'"]),
+    "env PATH": ({"env": {"PATH": "/x"}}, ["propertyName 'PATH'"]),
+    "extraEnv of the operator's own": (
+        {"extraEnv": [{"name": "PET_NNODES", "value": "9"}]},
+        ["/extraEnv/0"],
+    ),
+    "extraEnv bad name": ({"extraEnv": [{"name": "1BAD", "value": "9"}]}, ["/extraEnv/0"]),
+    "extraEnv bad secret name": (
+        {
+            "extraEnv": [
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k"}}}
+            ]
+        },
+        ["/extraEnv/0"],
+    ),
+    "extraEnv bad secret key": (
+        {
+            "extraEnv": [
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "bad key!"}}}
+            ]
+        },
+        ["/extraEnv/0"],
+    ),
+    "volume claim name": (
+        {
+            "volumes": [
+                {"name": "d", "mountPath": "/d", "persistentVolumeClaim": {"claimName": "Data"}}
+            ]
+        },
+        ["/volumes/0"],
+    ),
+    "volume mount path too long": (
+        {"volumes": [{"name": "d", "mountPath": "/" + "a" * 5000, "emptyDir": {}}]},
+        ["/volumes/0/mountPath", "maxLength"],
+    ),
     "unknown key": ({"node": 2}, ["additional properties 'node' not allowed"]),
     "unknown nested key": (
         {"elastic": {"enabled": True, "minNode": 1}},
@@ -264,6 +301,16 @@ FAIL_RULES = {
         "demo",
         r"`trainer.args` is set but neither `trainer.script` nor `trainer.module`",
     ),
+    "spawning program flag without a program": (
+        {"trainer": {"spawnsWorkers": True}},
+        "demo",
+        r"`trainer.spawnsWorkers` is true but neither `trainer.script` nor `trainer.module`",
+    ),
+    "spawning program on several nodes": (
+        {"trainer": {"script": "/app/spawn.py", "spawnsWorkers": True}, "nodes": 2},
+        "demo",
+        r"`trainer.spawnsWorkers` is true: .* each of the 2 nodes would train its own copy",
+    ),
     "built-in trainer config with a program": (
         {"trainer": {"module": "train"}, "config": {"train": {"epochs": 3}}},
         "demo",
@@ -303,6 +350,16 @@ FAIL_RULES = {
         {"kind": "TrainJob", "envFrom": [{"secretRef": {"name": "s3"}}]},
         "demo",
         r'`envFrom` \(\[\{"secretRef":\{"name":"s3"\}\}\]\) cannot be set for kind TrainJob',
+    ),
+    "extraEnv name twice": (
+        {"extraEnv": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]},
+        "demo",
+        r"`extraEnv` has A twice",
+    ),
+    "extraEnv name also in env": (
+        {"env": {"A": "1"}, "extraEnv": [{"name": "A", "value": "2"}]},
+        "demo",
+        r"`extraEnv` entry A is also set in `env`",
     ),
     "checkpoints storage with lostOnRetry": (
         {"checkpoints": {"storage": "keeper", "lostOnRetry": True}},

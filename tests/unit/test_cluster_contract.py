@@ -6,6 +6,7 @@ kind CI job does that)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,8 @@ def test_status_shows_each_pods_termination_message(api, capsys):
     ended = {"terminated": {"exitCode": 5, "message": "retries exhausted: 6 restarts of pod x"}}
     last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
     pods = {
+        "kind": "PodList",
+        "apiVersion": "v1",
         "items": [
             {"metadata": {"name": "demo-worker-0"},
              "status": {"phase": "Failed", "containerStatuses": [{"state": ended}]}},
@@ -116,9 +119,8 @@ def test_status_shows_each_pods_termination_message(api, capsys):
     assert "    last ended exit 137: OOMKilled" in out, out
 
 
-@pytest.mark.skipif(not CRDS.is_dir(), reason="reference CRDs not available")
 def test_validation_reads_the_crd_from_the_cluster(api, capsys):
-    text = (CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml").read_text()
+    text = reference.read_text(CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml")
     crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     api.route("GET", CRD_PATH + "pytorchjobs.kubeflow.org", 200, crd)
     code, out, err = run(["render", "pytorchjob", "--validate-against", "cluster"], capsys)
@@ -232,10 +234,13 @@ def test_submit_refuses_an_invalid_file_before_sending(api, tmp_path, capsys):
     assert api.requests == []
 
 
-PYTORCHJOB_STATUS = {
+PYTORCHJOB_KEY = {
     "apiVersion": "kubeflow.org/v1",
     "kind": "PyTorchJob",
     "metadata": {"name": "demo"},
+}
+PYTORCHJOB_STATUS = {
+    **PYTORCHJOB_KEY,
     "status": {
         "conditions": [
             {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "ok"},
@@ -246,6 +251,7 @@ PYTORCHJOB_STATUS = {
 }
 PODS_LIST = {
     "kind": "PodList",
+    "apiVersion": "v1",
     "items": [
         {
             "metadata": {"name": "demo-master-0"},
@@ -274,6 +280,22 @@ def test_status_prints_conditions_replicas_and_restarts(api, capsys):
     assert pod_query == {"labelSelector": "training.kubeflow.org/job-name=demo"}
 
 
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_status_as_json_or_yaml(api, capsys, output):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
+    api.route("GET", PODS, 200, PODS_LIST)
+    code, out, err = run(["status", "demo", "-o", output], capsys)
+    assert code == 0, err
+    report = json.loads(out) if output == "json" else yaml.safe_load(out)
+    assert (report["kind"], report["namespace"], report["name"]) == ("PyTorchJob", NS, "demo")
+    assert report["state"] == "Running"
+    assert {"type": "Running", "status": "True"}.items() <= report["conditions"][-1].items()
+    assert "Worker: active=1, failed=0" in report["replicas"]
+    assert report["pods"][1] == {
+        "name": "demo-worker-0", "phase": "Running", "restarts": 2, "node": "n2", "ends": [],
+    }  # fmt: skip
+
+
 def test_status_of_a_missing_job(api, capsys):
     api.route(
         "GET",
@@ -293,12 +315,13 @@ def test_status_of_a_missing_job(api, capsys):
 @pytest.mark.parametrize(("condition", "exit_code"), [("Succeeded", 0), ("Failed", 1)])
 def test_wait_exit_codes(api, capsys, condition, exit_code):
     job = {
+        **PYTORCHJOB_KEY,
         "status": {
             "conditions": [
                 {"type": "Running", "status": "False"},
                 {"type": condition, "status": "True"},
             ]
-        }
+        },
     }
     api.route("GET", f"{PYTORCHJOBS}/demo", 200, job)
     code, out, _ = run(["wait", "demo", "--timeout", "5", "--interval", "0.05"], capsys)
@@ -317,14 +340,19 @@ def test_wait_for_trainjob_uses_complete_condition(api, capsys):
         "GET",
         f"{TRAINJOBS}/demo",
         200,
-        {"status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "demo"},
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+        },
     )
     code, _, _ = run(["wait", "demo", "--kind", "trainjob", "--timeout", "5"], capsys)
     assert code == 0
 
 
 def test_logs_per_replica_with_container_and_prefix(api, capsys):
-    api.route("GET", PODS, 200, {"items": PODS_LIST["items"][1:]})
+    api.route("GET", PODS, 200, {**PODS_LIST, "items": PODS_LIST["items"][1:]})
     api.route("GET", f"{PODS}/demo-worker-0/log", 200, "step 1\nstep 2\n")
     code, out, err = run(["logs", "demo", "--replica", "Worker", "--tail", "50"], capsys)
     assert code == 0, err
@@ -350,14 +378,19 @@ def test_logs_follow_streams_every_pod(api, capsys):
 
 
 def test_logs_without_pods_says_so(api, capsys):
-    api.route("GET", PODS, 200, {"items": []})
+    api.route("GET", PODS, 200, {**PODS_LIST, "items": []})
     code, _, err = run(["logs", "demo", "-n", "other"], capsys)
     assert code == CLUSTER_ERROR and "no pods" in err
     assert api.calls("GET")[0]["path"] == "/api/v1/namespaces/other/pods"
 
 
 def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
-    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
+    api.route(
+        "DELETE",
+        f"{PYTORCHJOBS}/demo",
+        200,
+        {"kind": "Status", "apiVersion": "v1", "status": "Success"},
+    )
     api.route("DELETE", f"{CONFIGMAPS}/demo-config", 200)
     # The PodMonitor API is absent (default 404 page): not an error for delete.
     code, out, err = run(["delete", "demo"], capsys)
@@ -377,8 +410,14 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
 def test_delete_removes_the_service_account_render_made_for_the_job(api, capsys):
     """--create-service-account may name the account anything; delete finds it by its labels."""
     accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
-    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
-    api.route("GET", accounts, 200, {"items": [{"metadata": {"name": "trainer-sa"}}]})
+    api.route(
+        "DELETE",
+        f"{PYTORCHJOBS}/demo",
+        200,
+        {"kind": "Status", "apiVersion": "v1", "status": "Success"},
+    )
+    api.route("GET", accounts, 200, {"kind": "ServiceAccountList", "apiVersion": "v1",
+                                     "items": [{"metadata": {"name": "trainer-sa"}}]})  # fmt: skip
     api.route("DELETE", f"{accounts}/trainer-sa", 200)
     code, out, err = run(["delete", "demo"], capsys)
     assert code == 0, err
@@ -393,7 +432,12 @@ def test_delete_removes_the_service_account_render_made_for_the_job(api, capsys)
 def test_delete_forbidden_to_list_service_accounts_says_so(api, capsys):
     """A Role from before serviceaccounts were granted: the job is gone, the line says the fix."""
     accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
-    api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, {"kind": "Status", "status": "Success"})
+    api.route(
+        "DELETE",
+        f"{PYTORCHJOBS}/demo",
+        200,
+        {"kind": "Status", "apiVersion": "v1", "status": "Success"},
+    )
     api.route("GET", accounts, 403, status_body(403, "Forbidden", "no"))
     code, out, err = run(["delete", "demo"], capsys)
     assert "pytorchjob/demo deleted" in out
@@ -424,6 +468,10 @@ def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, caps
     assert "StorageClasses not checked" in err
 
 
+def storage_class_list(classes: list[dict]) -> dict:
+    return {"kind": "StorageClassList", "apiVersion": "storage.k8s.io/v1", "items": classes}
+
+
 def _storage_class(name: str, provisioner: str, default: bool = False) -> dict:
     annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
     return {"metadata": {"name": name, "annotations": annotations}, "provisioner": provisioner}
@@ -433,7 +481,7 @@ def test_submit_refuses_a_readwritemany_claim_on_a_readwriteonce_default_class(a
     """EKS: gp3 (EBS) is the default class; a ReadWriteMany claim would stay Pending with every
     pod, so nothing is created and the line says what to do."""
     classes = [_storage_class("gp3", "ebs.csi.aws.com", default=True)]
-    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    api.route("GET", STORAGE_CLASSES, 200, storage_class_list(classes))
     argv = ["submit", "pytorchjob", "--nodes", "3", "--checkpoint-storage", "mount",
             "--validate-against", "offline"]  # fmt: skip
     code, _, err = run(argv, capsys)
@@ -449,7 +497,7 @@ def test_submit_names_the_storage_and_checks_the_default_class(api, capsys):
         _storage_class("standard", "rancher.io/local-path", default=True),
         _storage_class("fast", "example.com/unknown-driver"),
     ]
-    api.route("GET", STORAGE_CLASSES, 200, {"items": classes})
+    api.route("GET", STORAGE_CLASSES, 200, storage_class_list(classes))
     for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS):
         api.route("POST", path, 201)
     code, _, err = run(["submit", "pytorchjob", "--nodes", "4", "--validate-against", "offline"],

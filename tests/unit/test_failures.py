@@ -75,7 +75,10 @@ def test_the_programs_own_errors_are_fatal(exc: BaseException) -> None:
     assert exit_code_for(exc) < exit_codes.RETRYABLE_FROM
 
 
-@pytest.mark.parametrize(("code", "expected"), [(None, 0), (0, 0), (3, 3), (143, 143), ("bye", 1)])
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(None, 0), (0, 0), (3, 3), (143, 143), ("bye", 1), (-1, 1), (256, 1), (2**40, 1)],
+)
 def test_sys_exit_keeps_the_programs_code(code: object, expected: int) -> None:
     assert exit_code_for(SystemExit(code)) == expected
 

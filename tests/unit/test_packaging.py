@@ -130,13 +130,8 @@ def test_plain_install_says_what_to_install(command: str, tmp_path: Path) -> Non
 
 # A command that needs each library of the extra (offline: no cluster is asked).
 NEEDS = {
-    "helm_python": ["render", "pytorchjob", "--validate-against", "offline"],
     "jsonschema": ["render", "pytorchjob", "--validate-against", "offline"],
     "kubernetes": ["status", "demo"],
-    "kubernetes_validate": ["render", "indexedjob", "--validate-against", "offline"],
-    "kubeflow": ["render", "pytorchjob", "--validate-against", "offline"],
-    "kubeflow_trainer_api": ["render", "trainjob", "--validate-against", "offline"],
-    "pydantic": ["render", "trainjob", "--validate-against", "offline"],
 }
 
 
@@ -149,6 +144,26 @@ def test_each_missing_library_is_named(module: str, tmp_path: Path) -> None:
     done = run_without((module,), NEEDS[module], tmp_path)
     assert_one_install_line(done)
     assert module in done.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "render-auto", "submit"])
+def test_no_helm_anywhere_says_what_to_install(command: str, tmp_path: Path) -> None:
+    """PATH has no helm binary and the `helm` extra is not installed: one line, exit 2."""
+    done = run_without(("helm_python",), COMMANDS[command], tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "helm binary" in line and "pip install 'kubeddp[helm]'" in line
+    assert done.stdout == ""
+
+
+def test_wheel_carries_the_validation_schemas(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    schemas = {n for n in names if n.startswith("kubeddp/tools/schemas/")}
+    assert {n.rsplit("/", 1)[1] for n in schemas} == {
+        "core-v1.37.0.json",
+        "pytorchjob-v1.9.4.json",
+        "trainjob-v2.3.0.json",
+    }
 
 
 def test_help_and_launch_need_no_extra(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""tests/fetch_reference.sh downloads what shared/reference/SOURCES.md lists: the same files,
-from the same commits and paths, with the sha256 of the local copies (where those exist)."""
+"""tests/fetch_reference.sh downloads what tests/reference/SOURCES.md lists: the same files,
+from the same commits and paths, and the vendored copies under tests/reference have that sha256."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.reference import REFERENCE_DIR
+from tests.helpers.reference import REFERENCE_DIR, require
 
 pytestmark = pytest.mark.timeout(30)
 SCRIPT = Path(__file__).resolve().parents[1] / "fetch_reference.sh"
@@ -28,10 +28,9 @@ def test_the_script_pins_every_crd_with_a_commit_and_a_sha256() -> None:
     assert all(file.startswith("crds/") for file in pins())
 
 
-@pytest.mark.skipif(not SOURCES.is_file(), reason=f"no {SOURCES}")
 def test_pins_match_sources_md() -> None:
     rows = {}
-    for line in SOURCES.read_text().splitlines():
+    for line in require(SOURCES).read_text().splitlines():
         cells = re.findall(r"`([^`]+)`", line)
         if line.startswith("| `crds/"):
             commit = next(c for c in cells if re.fullmatch(r"[0-9a-f]{40}", c))
@@ -42,7 +41,5 @@ def test_pins_match_sources_md() -> None:
 
 @pytest.mark.parametrize("file", sorted(pins()))
 def test_local_copies_have_the_pinned_sha256(file: str) -> None:
-    local = REFERENCE_DIR / file
-    if not local.is_file():
-        pytest.skip(f"no {local}")
+    local = require(REFERENCE_DIR / file)
     assert hashlib.sha256(local.read_bytes()).hexdigest() == pins()[file][2]

@@ -114,6 +114,7 @@ LANDS_ON = {
     ),
     "--script": (["--script", "/app/train.py"], {"trainer": {"script": "/app/train.py"}}),
     "--module": (["--module", "mypkg.train"], {"trainer": {"module": "mypkg.train"}}),
+    "--spawns-workers": (["--no-spawns-workers"], {"trainer": {"spawnsWorkers": False}}),
     "-- ARGS": (
         ["--module", "m", "--", "--lr=${local_rank}", "two words", "--"],
         {"trainer": {"module": "m", "args": ["--lr=${local_rank}", "two words", "--"]}},

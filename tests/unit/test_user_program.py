@@ -330,7 +330,7 @@ def signalled(tmp_path: Path, poll: bool, save_seconds: float, grace: float) -> 
 def test_sigterm_ends_a_program_that_never_polls_at_once(tmp_path: Path) -> None:
     code, output = signalled(tmp_path, poll=False, save_seconds=0, grace=30)
     assert code == exit_codes.PREEMPTED, output
-    assert "does not poll kubeddp.api.stop_requested()" in output
+    assert "[kubeddp]" not in output  # quietly: launch says once why its workers stop
 
 
 def test_sigterm_lets_a_polling_program_save_and_exit(tmp_path: Path) -> None:

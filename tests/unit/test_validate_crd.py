@@ -1,5 +1,5 @@
 """The offline checks (Kubeflow SDK models) agree with the real CRD `openAPIV3Schema` from
-$KUBEDDP_REFERENCE_DIR/crds: every manifest kubeddp renders passes both; bad ones fail both.
+tests/reference/crds: every manifest kubeddp renders passes both; bad ones fail both.
 
 The CRD side is written here, independent of kubeddp: jsonschema against the schema with
 unknown fields forbidden (what `kubectl apply --validate=strict` / field validation does).
@@ -28,8 +28,6 @@ CRD_FILES = {
     "TrainJob": ("trainer.kubeflow.org_trainjobs.v2.3.0.yaml", "v1alpha1"),
 }
 
-pytestmark = pytest.mark.skipif(not CRDS.is_dir(), reason=f"reference CRDs not at {CRDS}")
-
 
 def forbid_unknown_fields(node):
     if isinstance(node, dict):
@@ -48,7 +46,7 @@ def forbid_unknown_fields(node):
 def crd_schema(kind: str) -> dict:
     file_name, version = CRD_FILES[kind]
     crd = yaml.load(
-        (CRDS / file_name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        reference.read_text(CRDS / file_name), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     )
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     return served["schema"]["openAPIV3Schema"]

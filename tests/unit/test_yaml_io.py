@@ -3,6 +3,7 @@ and each bound (size, text, depth, aliases, duplicate keys, non-JSON tags) as on
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -105,6 +106,13 @@ def test_a_bom_is_fine_and_size_is_bounded(tmp_path: Path, monkeypatch) -> None:
         yaml_io.load_file(path)
 
 
-def test_an_endless_file_ends() -> None:
-    with pytest.raises(yaml_io.YamlInputError, match="larger than 16 MiB"):
+def test_an_endless_file_is_refused() -> None:
+    with pytest.raises(OSError, match="not a regular file"):
         yaml_io.read_text("/dev/zero")
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # no writer: opening it to read would block forever
+    with pytest.raises(OSError, match="not a regular file"):
+        yaml_io.read_text(fifo)

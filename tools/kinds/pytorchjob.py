@@ -182,7 +182,7 @@ KIND = JobKind(
     replica_selector=lambda replica: f"{REPLICA_TYPE_LABEL}={replica.lower()}",
     admission_issues=admission_issues,
     warnings=warnings,
-    schema_issues=schema_checks.pytorchjob_sdk_issues,
+    schema_issues=schema_checks.pytorchjob_issues,
     install_hint=INSTALL,
     restart_policies=RESTART_POLICIES,
     chart_facts={

@@ -122,7 +122,7 @@ KIND = JobKind(
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{JOB_COMPLETION_INDEX_LABEL}={replica}",
     admission_issues=admission_issues,
-    schema_issues=schema_checks.trainjob_sdk_issues,
+    schema_issues=schema_checks.trainjob_issues,
     install_hint=INSTALL,
     companions=(TRAINING_RUNTIME,),
     nproc_words=("auto",),  # numProcPerNode is an integer; unset = the runtime decides

@@ -7,12 +7,14 @@ import argparse
 import math
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher import early_exit, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 from kubeddp.trainer.worker.failures import one_line
 
@@ -145,6 +147,26 @@ class Outcome:
     reason: str = ""
 
 
+def first_failed(exc: BaseException) -> str:
+    """`; local rank R (pid P) failed first`: the earliest worker that failed on its own (the
+    others were stopped by the agent), for the one line that says why the group ended."""
+    failures = getattr(exc, "failures", {}) or {}
+    ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
+    for rank, failure in ordered:
+        code = worker_exit_code(int(getattr(failure, "exitcode", 1)))
+        if code != exit_codes.OK and code not in STOPPED_BY_AGENT:
+            pid = getattr(failure, "pid", None)
+            return f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + " failed first"
+    return ""
+
+
+def signal_name(sigval: int) -> str:
+    try:
+        return signal.Signals(int(sigval)).name
+    except ValueError:
+        return f"signal {sigval}"
+
+
 def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
     """run_agent's exit code."""
     return run_agent(plan, worker_env, preempt_grace).code
@@ -187,17 +209,30 @@ def run_agent(
     own_log_dir = None if args.log_dir else scratch.owned_dir(constants.RUN_DIR_PREFIX)
     if own_log_dir is not None:
         args.log_dir = str(own_log_dir)
+    exited_dir = scratch.owned_dir(constants.RUN_DIR_PREFIX)
+    os.environ[constants.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0 there
     try:
         run(args)
     except ChildFailedError as exc:
         code = exit_code_of_failure(exc)
+        early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
+        if early:
+            code = exit_codes.TRAINING_FAILED
+            _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
+                 "returned (exit 0) while its peers still ran, so their collectives failed; "
+                 "end every rank together (the same steps, then destroy_process_group): exit "
+                 f"code {exit_codes.describe(code)}")  # fmt: skip
+            return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
         reason = f"workers failed: exit code {exit_codes.describe(code)}"
         _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
-             f"{exit_codes.describe(code)}; see the worker output above")  # fmt: skip
-        return Outcome(code, code in REJOIN_CODES, reason)
+             f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
+             "above")  # fmt: skip
+        return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc))
     except SignalException as exc:
         code = 128 + int(exc.sigval)
-        return Outcome(code, False, f"stopped by signal {int(exc.sigval)}: exit code {code}")
+        _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
+             f"{exit_codes.describe(code)}")  # fmt: skip
+        return Outcome(code, False, f"stopped by {signal_name(exc.sigval)}: exit code {code}")
     except (RendezvousError, DistError, ConnectionError, TimeoutError) as exc:
         # The agent's own store or rendezvous went away (the c10d host pod died, the network
         # dropped): nothing this pod did wrong.
@@ -208,7 +243,15 @@ def run_agent(
     finally:
         if own_log_dir is not None:
             shutil.rmtree(own_log_dir, ignore_errors=True)
+        shutil.rmtree(exited_dir, ignore_errors=True)
     return Outcome(exit_codes.OK)
+
+
+def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:
+    """Ranks of this node that returned 0 before the group's first failure."""
+    failures = getattr(exc, "failures", {}) or {}
+    stamps = [float(getattr(f, "timestamp", 0) or 0) for f in failures.values()]
+    return early_exit.returned_before(exited_dir, min(stamps)) if stamps else []
 
 
 def _log(message: str) -> None:

@@ -23,14 +23,17 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync
+from kubeddp.trainer.launcher import checkpoint_sync, end_signals, torchrun_cli
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
     add_program_options,
+    check_config_file,
     check_overrides,
     program_from_options,
+    program_spawns_workers,
+    spawn_refusal,
     torchrun_worker_args,
 )
 from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
@@ -42,6 +45,7 @@ from kubeddp.trainer.launcher.rendezvous import (
 )
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
+from kubeddp.trainer.launcher.torchrun_cli import spellings
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
@@ -90,18 +94,24 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         "several hosts without Kubernetes (as torchrun; these win over the environment)"
     )
     group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job")
-    group.add_argument("--node-rank", type=int, metavar="R", help="this node's rank, 0..N-1")
-    group.add_argument("--master-addr", metavar="HOST", help="the host of node rank 0")
     group.add_argument(
-        "--master-port",
+        *spellings("--node-rank"), type=int, metavar="R", help="this node's rank, 0..N-1"
+    )
+    group.add_argument(*spellings("--master-addr"), metavar="HOST", help="the host of node rank 0")
+    group.add_argument(
+        *spellings("--master-port"),
         type=int,
         metavar="PORT",
         help=f"its rendezvous port (default {constants.TORCHRUN_PORT})",
     )
     group.add_argument(
-        "--rdzv-endpoint", metavar="HOST:PORT", help="elastic: the c10d rendezvous store"
+        *spellings("--rdzv-endpoint"),
+        metavar="HOST:PORT",
+        help="elastic: the c10d rendezvous store",
     )
-    group.add_argument("--rdzv-id", metavar="ID", help="elastic: the job's id (default kubeddp)")
+    group.add_argument(
+        *spellings("--rdzv-id"), metavar="ID", help="elastic: the job's id (default kubeddp)"
+    )
 
 
 def node_flags(args: argparse.Namespace) -> NodeFlags:
@@ -200,16 +210,33 @@ def _worker_command(
 ) -> tuple[argparse.Namespace, Program | None, list[str]]:
     """The config options, the user's program (None: the built-in trainer) and the worker
     arguments torchrun passes on."""
-    program = program_from_options(args.script, args.module, after_dash)
+    note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
+    program = program_from_options(args.script, args.module, after_dash, note)
     if program is None:
         options, worker_args = config_options(args, after_dash)
         return options, None, worker_args
-    check_overrides(args.overrides, "--script" if args.script is not None else "--module")
+    option = "--script" if args.script is not None else "--module"
+    check_overrides(args.overrides, option)
+    check_config_file(args.config or os.environ.get(constants.ENV_CONFIG), option)
     options = argparse.Namespace(config=args.config, overrides=list(args.overrides))
     return options, program, torchrun_worker_args(program)
 
 
 def launch_main(argv: list[str]) -> int:
+    """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    previous = end_signals.install()
+    try:
+        return _launch(argv)
+    except Exception as exc:
+        code = end_signals.exit_code_of(exc)
+        if code is None:
+            raise
+        return code
+    finally:
+        end_signals.restore(previous)  # launch may run inside a test; at exit: ignored
+
+
+def _launch(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
     args = launch_parser().parse_args(own)
     env = os.environ
@@ -219,6 +246,10 @@ def launch_main(argv: list[str]) -> int:
         return exit_codes.BAD_INPUT
     try:
         options, program, worker_args = _worker_command(args, after_dash)
+        spawns = program is not None and program_spawns_workers(program, args.spawns_workers)
+        if spawns and args.nproc_per_node not in (None, "1"):
+            _log(f"[kubeddp] note: --nproc-per-node {args.nproc_per_node} ignored: the program "
+                 "starts its own workers; give their count to the program")  # fmt: skip
         gpus = (
             _gpu_count
             if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
@@ -227,12 +258,15 @@ def launch_main(argv: list[str]) -> int:
         plan = plan_from_env(
             env,
             worker_args,
-            nproc_flag=args.nproc_per_node,
+            nproc_flag="1" if spawns else args.nproc_per_node,
             max_restarts=args.max_restarts,
             gpu_count=gpus,
             worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
             node_flags=node_flags(args),
         )
+        refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
+        if refusal:
+            raise ProgramError(refusal)
     except (ConfigError, RendezvousError, ProgramError) as exc:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
@@ -264,6 +298,8 @@ def launch_main(argv: list[str]) -> int:
     )
     if program is not None:
         _log(f"[kubeddp] program: {program.command_line()}")
+    if spawns:
+        _log("[kubeddp] the program starts its own workers (mp.spawn/mp.Process): it runs once")
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
         if program is not None:
             from kubeddp.trainer.worker.program import run_program
@@ -285,14 +321,18 @@ def launch_main(argv: list[str]) -> int:
         write_termination_message(str(exc))
         return code
     try:
-        return _run_pod(plan, cfg, deadline, sync.refresh if sync is not None else None)
+        return _run_pod(plan, cfg, deadline, spawns, sync.refresh if sync is not None else None)
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
 
 
 def _run_pod(
-    plan: RendezvousPlan, cfg: Config, deadline: float, refresh: Callable[[], object] | None
+    plan: RendezvousPlan,
+    cfg: Config,
+    deadline: float,
+    spawns: bool,
+    refresh: Callable[[], object] | None = None,
 ) -> int:
     """The retry budget, the rendezvous host, /metrics, then training."""
     budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
@@ -306,14 +346,23 @@ def _run_pod(
     except RendezvousHostUnreachable as exc:
         return _ended(budget, Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc)))
     try:
-        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log)
+        # Several nodes outside Kubernetes may share this host: a busy port is then expected.
+        shared_host = not plan.in_kubernetes and plan.nnodes != "1"
+        metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log, shared_host)
     except MetricsSetupError as exc:
         _log(f"kubeddp launch: error: {exc}")
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     try:
-        outcome = _train(plan, cfg, deadline, budget, refresh)
+        if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
+            raise end_signals.Terminated(end_signals.RECEIVED[0])
+        outcome = _train(plan, cfg, deadline, budget, spawns, refresh)
+    except Exception as exc:  # a signal just after the agent returned (its handler stays)
+        signalled = end_signals.exit_code_of(exc)
+        if signalled is None:
+            raise
+        outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
         if metrics is not None:
             metrics.finish(outcome.code, _log)
@@ -346,6 +395,7 @@ def _train(
     cfg: Config,
     deadline: float,
     budget: RetryBudget,
+    spawns: bool,
     refresh: Callable[[], object] | None = None,
 ) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
@@ -355,6 +405,8 @@ def _train(
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     worker_env = resolved_config_env(cfg)
+    if spawns:
+        worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     grace = cfg.checkpoint.preempt_grace_seconds
     rounds = (
         RendezvousRounds(plan, deadline)
@@ -403,21 +455,62 @@ def program_workdir(program: Program | None, cfg: Config, env: Mapping[str, str]
     _log(f"[kubeddp] program runs in {cfg.checkpoint.dir} (relative paths land there)")
 
 
-def train_main(argv: list[str]) -> int:
-    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine."""
-    own, after_dash = _split_worker_args(argv)
+def train_parser() -> argparse.ArgumentParser:
+    """`kubeddp train`'s options (torchrun's flags among them)."""
     p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
-        "--script/--module your own program runs and everything after -- goes to it",
+        "--script/--module your own program runs and everything after -- goes to it. "
+        "torchrun's form works as well: kubeddp train [torchrun flags] train.py ARGS "
+        "(or -m MODULE ARGS)",
     )
-    p.add_argument("--nproc", default=None, help="worker processes (default: GPUs, else 1)")
-    p.add_argument("--max-restarts", type=number(int, 0, high=MAX_RESTARTS), default=None)
+    p.add_argument(
+        *("--nproc", *spellings("--nproc-per-node")),
+        dest="nproc",
+        default=None,
+        help="worker processes: N, auto, gpu or cpu (default: GPUs, else 1)",
+    )
+    p.add_argument(
+        *spellings("--max-restarts"), type=number(int, 0, high=MAX_RESTARTS), default=None
+    )
+    p.add_argument(
+        "--standalone", action="store_true", help="one node, local rendezvous (the default)"
+    )
+    p.add_argument(
+        *spellings("--rdzv-backend"),
+        choices=torchrun_cli.RDZV_BACKENDS,
+        default=None,
+        help="static with --master-addr, c10d with --rdzv-endpoint (chosen from those)",
+    )
     p.add_argument("--dry-run", action="store_true")
     add_config_options(p)
     add_program_options(p)
     add_node_options(p)
+    p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
+    return p
+
+
+def train_main(argv: list[str]) -> int:
+    """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine; torchrun's
+    own command line works too (`kubeddp train --nproc_per_node=2 train.py --epochs 3`)."""
+    p = train_parser()
+    positional = torchrun_cli.split_program(p, argv)
+    if positional is None:
+        own, after_dash = _split_worker_args(argv)
+    else:
+        own, program, after_dash = positional
+        own = [*own, *program]
     args = p.parse_args(own)
+    for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
+        if problem:
+            p.error(problem)
+    if args.script is not None:  # what `kubeddp check` would say, as warnings
+        from kubeddp.trainer.launcher.script_check import warnings_for
+
+        warned = warnings_for(args.script, args.nnodes, after_dash)
+        if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
+            for line in warned:
+                _log(f"kubeddp train: warning: {line}")
     launch_args = []
     if args.nproc:
         launch_args += ["--nproc-per-node", str(args.nproc)]
@@ -431,4 +524,6 @@ def train_main(argv: list[str]) -> int:
         launch_args += ["--script", args.script]
     if args.module is not None:
         launch_args += ["--module", args.module]
+    if args.spawns_workers is not None:
+        launch_args.append("--spawns-workers" if args.spawns_workers else "--no-spawns-workers")
     return launch_main([*launch_args, "--", *after_dash])

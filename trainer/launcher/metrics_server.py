@@ -19,7 +19,7 @@ from typing import Any
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import MetricsConfig
-from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher import end_signals, scratch
 from kubeddp.trainer.launcher.pushgateway import (
     PushgatewayAddressError,
     check_gateway_address,
@@ -81,6 +81,9 @@ class PodMetricsEndpoint:
             # SIGTERM/SIGINT during the linger end it (torchrun's handlers raise an Exception).
             with contextlib.suppress(Exception, KeyboardInterrupt):
                 time.sleep(self.linger_seconds)
+        # From here a signal is ignored: the shutdown below waits for the server's loop (up to
+        # half a second), and a signal raised in it would be an internal error.
+        end_signals.ignore()
         self.close(exit_code, log)
 
     def close(self, exit_code: int, log: Callable[[str], None]) -> None:
@@ -117,12 +120,13 @@ def start_pod_metrics(
         except PushgatewayAddressError as exc:
             raise MetricsSetupError(str(exc)) from None
     from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from kubeddp.trainer.worker.metrics import tolerant_collector
 
     # Named for this launch; what a killed launch left is swept here.
     directory = str(scratch.owned_dir(constants.METRICS_DIR_PREFIX))
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)
+    tolerant_collector(registry, directory)  # a worker's half-written file: skipped
     try:
         server, _ = start_http_server(port, addr=bind, registry=registry)
     except OSError as exc:
@@ -151,16 +155,29 @@ def resolve_linger(env: Mapping[str, str]) -> float:
 
 
 def start_for_launch(
-    cfg: MetricsConfig, in_kubernetes: bool, log: Callable[[str], None]
+    cfg: MetricsConfig,
+    in_kubernetes: bool,
+    log: Callable[[str], None],
+    shared_host: bool = False,
 ) -> PodMetricsEndpoint | None:
     """What launch calls. A busy port only warns (training matters more than its metrics);
-    other bad values raise MetricsSetupError.
+    other bad values raise MetricsSetupError. `shared_host`: several nodes of one job may run
+    on this host (bare metal, not a pod), where the second finding the port taken is expected:
+    it serves on a free port instead, without a warning.
     """
     try:
         endpoint = start_pod_metrics(cfg, in_kubernetes)
     except MetricsPortBusy as exc:
-        log(f"[kubeddp] warning: metrics off: {exc}")
-        return None
+        if not shared_host:
+            log(f"[kubeddp] warning: metrics off: {exc}")
+            return None
+        taken = resolve_port(cfg, os.environ)
+        endpoint = start_pod_metrics(
+            cfg, in_kubernetes, {**os.environ, constants.ENV_METRICS_PORT: "0"}
+        )
+        if endpoint is not None:
+            log(f"[kubeddp] metrics: {endpoint.url} (port {taken} is another node's here)")
+        return endpoint
     if endpoint is not None:
         log(f"[kubeddp] metrics: {endpoint.url}")
     return endpoint

@@ -10,10 +10,13 @@ than silently ignored.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 
+from kubeddp.trainer import yaml_io
 from kubeddp.trainer.config import ConfigError, parse_override
 from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
 from kubeddp.trainer.worker.program import Program
@@ -39,6 +42,13 @@ def add_program_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run this module on every worker, as `python -m NAME ARGS` under torchrun",
     )
+    group.add_argument(
+        "--spawns-workers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the program starts its own workers (mp.spawn, mp.Process): run it once, on one "
+        "node (default: detected in the script)",
+    )
 
 
 def applies_to_program(key: str) -> bool:
@@ -58,6 +68,33 @@ def check_overrides(overrides: list[str], option: str) -> None:
             )
 
 
+# Written by kubeddp's own manifests into every job's config file (the claim's mount point):
+# not the user's choice, so not refused with a program.
+RENDERED_CONFIG_KEYS = ("checkpoint.dir",)
+
+
+def check_config_file(path: str | None, option: str) -> None:
+    """Refuse a config file key that only the built-in trainer reads, as --set is refused.
+    A file that cannot be read is left to the config loader, which says why in one line."""
+    if not path:
+        return
+    try:
+        data = yaml_io.load_file(path, f"config file {path}")
+    except (OSError, yaml_io.YamlInputError):
+        return
+    if not isinstance(data, dict):
+        return
+    for section, keys in data.items():
+        names = [f"{section}.{key}" for key in keys] if isinstance(keys, dict) else [section]
+        for name in names:
+            if not applies_to_program(name) and name not in RENDERED_CONFIG_KEYS:
+                raise ConfigError(
+                    f"config file {path}: {name} configures the built-in trainer, which "
+                    f"{option} replaces; pass your program's own options after --, or drop "
+                    f"it (with a program only {' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
+                )
+
+
 def _check_script(path: str) -> None:
     if not os.path.exists(path):
         raise ProgramError(
@@ -71,41 +108,108 @@ def _check_script(path: str) -> None:
         )
 
 
+def _find_module(name: str) -> importlib.machinery.ModuleSpec:
+    """The module's spec, found without importing anything: importlib.util.find_spec imports a
+    dotted name's parents, which would run the user's code here (`train.py` imports `train`).
+    Each part is looked up by the path finder in its parent package's directories; a top-level
+    name may also be a built-in or frozen module."""
+    parts = name.split(".")
+    # The workers run `python -m`, which puts the working directory first on sys.path.
+    search: list[str] | None = [os.getcwd(), *sys.path]
+    spec = None
+    for depth in range(len(parts)):
+        if search is None:
+            raise ProgramError(
+                f"--module {name}: {'.'.join(parts[:depth])} is a module, not a package, so it "
+                "has no submodules; give the module's own name"
+            )
+        fullname = ".".join(parts[: depth + 1])
+        spec = importlib.machinery.PathFinder.find_spec(fullname, search)
+        if spec is None and depth == 0 and name in sys.builtin_module_names:
+            return importlib.util.find_spec(name)  # a top-level name: nothing is imported
+        if spec is None:
+            raise ProgramError(
+                f"--module {name}: cannot import it (ModuleNotFoundError: no module named "
+                f"{fullname!r}); install it in the image, run from its parent directory, or "
+                "put that directory on PYTHONPATH"
+            )
+        search = list(spec.submodule_search_locations or []) or None
+    assert spec is not None
+    return spec
+
+
 def _check_module(name: str) -> None:
-    # Found, not imported (importing it would run the program here); its parent packages are
-    # imported by find_spec. The workers run `python -m`, which puts the working directory
-    # first on sys.path: look there too.
-    path = [os.getcwd(), *sys.path]
-    saved, sys.path[:] = list(sys.path), path
-    try:
-        spec = importlib.util.find_spec(name)
-        why = "not found"
-    except (ImportError, ValueError) as exc:
-        spec, why = None, f"{type(exc).__name__}: {exc}"
-    finally:
-        sys.path[:] = saved
-    if spec is None:
+    if name.endswith(".py") or os.sep in name or (os.altsep and os.altsep in name):
         raise ProgramError(
-            f"--module {name}: cannot import it ({why}); install it in the image, run from "
-            "its parent directory, or put that directory on PYTHONPATH"
+            f"--module {name} is a file, not a module name; run a file with --script {name} "
+            f"(or the module with --module {name.removesuffix('.py').replace(os.sep, '.')})"
         )
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise ProgramError(
+            f"--module {name!r} is not a module name (dotted Python identifiers, as after "
+            "`python -m`)"
+        )
+    locations = _find_module(name).submodule_search_locations
+    if locations is not None:  # a package runs as `python -m` only through its __main__
+        main = importlib.machinery.PathFinder.find_spec(f"{name}.__main__", list(locations))
+        if main is None:
+            raise ProgramError(
+                f"--module {name} is a package without __main__.py, so `python -m {name}` "
+                f"cannot run it; name the module to run (--module {name}.train) or add "
+                f"{name}/__main__.py"
+            )
 
 
 def program_from_options(
-    script: str | None, module: str | None, program_args: list[str]
+    script: str | None,
+    module: str | None,
+    program_args: list[str],
+    note: Callable[[str], None] | None = None,
 ) -> Program | None:
-    """The user's program, checked; None when the built-in trainer runs."""
+    """The user's program, checked; None when the built-in trainer runs. With `note` (a dry
+    run, which previews a plan for an image from anywhere) a program that is not on this
+    machine is only noted."""
     if script is not None and module is not None:
         raise ProgramError(
             f"--script {script} and --module {module} are both given; run one program"
         )
+    try:
+        if script is not None:
+            _check_script(script)
+        elif module is not None:
+            _check_module(module)
+    except ProgramError as exc:
+        if note is None:
+            raise
+        note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
     if script is not None:
-        _check_script(script)
         return Program("script", script, tuple(program_args))
     if module is not None:
-        _check_module(module)
         return Program("module", module, tuple(program_args))
     return None
+
+
+def program_spawns_workers(program: Program, flag: bool | None) -> bool:
+    """Whether the program starts its own workers: the flag, else what the script shows."""
+    if flag is not None:
+        return flag
+    if program.mode != "script":
+        return False  # a module is not read: --spawns-workers says so
+    from kubeddp.trainer.launcher.script_check import spawns_workers
+
+    return spawns_workers(program.target)
+
+
+def spawn_refusal(program: Program, nnodes: str) -> str | None:
+    """Why a program that spawns its own workers cannot run on these nodes (None: it can)."""
+    if nnodes.rsplit(":", 1)[-1].strip() == "1":
+        return None
+    return (
+        f"{program.shown} starts its own workers (mp.spawn/mp.Process), so every one of the "
+        f"{nnodes} nodes would train its own copy; convert it to torchrun style (read "
+        "LOCAL_RANK, init_process_group() without rank/world_size, no mp.spawn: "
+        "docs/your-own-script.md) or run it on one node"
+    )
 
 
 def torchrun_worker_args(program: Program) -> list[str]:

@@ -138,6 +138,8 @@ def resolve_nproc(
 def _nnodes_range(raw: str, name: str) -> tuple[int, int]:
     parts = raw.split(":")
     try:
+        if not all(_WHOLE_NUMBER.fullmatch(p) for p in parts):  # not '1_0', not '٣'
+            raise ValueError(raw)
         nums = [int(p) for p in parts]
     except ValueError:
         raise RendezvousError(f"{name}={raw!r} must be N or MIN:MAX with integers") from None
@@ -449,7 +451,8 @@ def _plan_flags(
         )
     if flags.node_rank < 0:
         raise RendezvousError(f"--node-rank {flags.node_rank} must be >= 0")
-    port = _flag_port(flags.master_port or constants.TORCHRUN_PORT, "--master-port")
+    port = constants.TORCHRUN_PORT if flags.master_port is None else flags.master_port
+    port = _flag_port(port, "--master-port")  # 0 is refused, not silently the default
     return _static(
         "flags", env, hi, flags.node_rank, nproc, flags.master_addr, port,
         "--node-rank", "--nnodes",
@@ -465,11 +468,14 @@ def _plan_flags_elastic(
                 f"{option} {value} does not go with --rdzv-endpoint (elastic: the rendezvous "
                 "assigns node ranks and the endpoint names the port); drop it"
             )
+    # The env's parser: an IPv6 host in brackets, so `::1` (no port) is not host ':' port 1.
     endpoint = flags.rdzv_endpoint or ""
-    host, _, port_raw = endpoint.rpartition(":")
-    if not host or not port_raw.isdigit():
-        raise RendezvousError(f"--rdzv-endpoint {endpoint!r} must be HOST:PORT, e.g. node0:29400")
-    port = _flag_port(int(port_raw), "--rdzv-endpoint port")
+    if not _ENDPOINT.fullmatch(endpoint):
+        raise RendezvousError(
+            f"--rdzv-endpoint {endpoint!r} must be HOST:PORT, e.g. node0:29400 (an IPv6 "
+            "address in brackets: [fd00::1]:29400)"
+        )
+    host, port = _endpoint(endpoint, "--rdzv-endpoint")
     return RendezvousPlan(
         source="flags",
         nnodes=f"{lo}:{hi}" if lo != hi else str(hi),
@@ -511,7 +517,23 @@ def plan_from_env(
     """Turn a launcher's environment (or its multi-node flags, which win) into a
     RendezvousPlan, or raise RendezvousError. Each worker runs `python -m worker_module
     worker_args`."""
-    worker_args = list(worker_args or [])
+    plan = _plan(env, list(worker_args or []), nproc_flag, max_restarts, gpu_count,
+                 worker_module, node_flags)  # fmt: skip
+    from kubeddp.trainer.launcher.user_input import check_plan  # it imports RendezvousError
+
+    check_plan(plan)
+    return plan
+
+
+def _plan(
+    env: Mapping[str, str],
+    worker_args: list[str],
+    nproc_flag: str | None,
+    max_restarts: int | None,
+    gpu_count: Callable[[], int],
+    worker_module: str,
+    node_flags: NodeFlags | None,
+) -> RendezvousPlan:
     if node_flags is not None and node_flags.given():
         plan = _plan_flags(node_flags, env, nproc_flag, gpu_count)
         if max_restarts is not None:

@@ -60,7 +60,11 @@ def exit_code_for(exc: BaseException) -> int:
         code = exc.code
         if code is None:
             return exit_codes.OK
-        return code if isinstance(code, int) else exit_codes.TRAINING_FAILED
+        if not isinstance(code, int) or not 0 <= code <= 255:
+            # sys.exit(-1) would end as 255 and sys.exit(256) as 0 (the status keeps 8 bits):
+            # a code the program chose is the program's own failure, never a retry or success.
+            return exit_codes.TRAINING_FAILED
+        return code
     if isinstance(exc, KeyboardInterrupt):
         return exit_codes.INTERRUPTED
     if is_peer_failure(exc):

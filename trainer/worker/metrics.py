@@ -12,7 +12,9 @@ kubeddp launch did not start) every call here is a no-op.
 from __future__ import annotations
 
 import glob
+import json
 import os
+import struct
 import time
 from bisect import bisect_left
 from typing import Any
@@ -47,11 +49,40 @@ def multiprocess_dir() -> str | None:
     return path if path and os.path.isdir(path) else None
 
 
+def readable_files(files: list[str]) -> list[str]:
+    """The multiprocess files that can be read now. Another process creates its file empty
+    and then grows it (a worker starting, or killed mid-write): prometheus_client fails on
+    such a file (struct.error), and one worker's file must not break the others' metrics."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    readable = []
+    for path in files:
+        try:
+            for key, *_ in MmapedDict.read_all_values_from_file(path):
+                json.loads(key)
+        except (OSError, ValueError, struct.error, UnicodeDecodeError):
+            continue  # read again at the next scrape, once its writer has written it
+        readable.append(path)
+    return readable
+
+
+def tolerant_collector(registry: Any, path: str) -> Any:
+    """prometheus_client's MultiProcessCollector for `path`, skipping unreadable files."""
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    class TolerantCollector(MultiProcessCollector):
+        def collect(self):  # noqa: ANN202 - prometheus_client's own interface
+            files = readable_files(glob.glob(os.path.join(self._path, "*.db")))
+            return self.merge(files, accumulate=True)
+
+    return TolerantCollector(registry, path=path)
+
+
 def recorded_restarts(path: str) -> float:
     """The restart total already in the directory (written by earlier worker generations)."""
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    files = glob.glob(os.path.join(path, "counter_*.db"))
+    files = readable_files(glob.glob(os.path.join(path, "counter_*.db")))
     for family in MultiProcessCollector.merge(files):
         if family.name == RESTARTS:
             return sum(s.value for s in family.samples if s.name == RESTARTS + "_total")

@@ -12,6 +12,7 @@ failure is retryable, the program's own is not) after its traceback.
 
 from __future__ import annotations
 
+import atexit
 import os
 import runpy
 import shlex
@@ -20,12 +21,20 @@ import traceback
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.launcher import early_exit
 from kubeddp.trainer.worker import stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for, one_line
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
 MODES = ("script", "module")
+# torchrun's description of one worker: a program that spawns its own workers gets the
+# environment `python` would give it, or its children would all read rank 0 of a world of 1.
+TORCHRUN_WORKER_VARS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,13 +90,20 @@ def _execute(program: Program) -> None:
 def run_program(program: Program) -> int:
     """Run the program in this process; its exit code (0; any other code ends the process)."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
+    if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
+        for name in TORCHRUN_WORKER_VARS:
+            os.environ.pop(name, None)
     stop_signal.install(_preempt_grace_seconds())
+    early_exit.note_start()
     try:
         _execute(program)
     except SystemExit as exc:
         code = exit_code_for(exc)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr, flush=True)  # sys.exit("message"), as python does
+        elif isinstance(exc.code, int) and exc.code != code:
+            _log(f"{program.shown} called sys.exit({exc.code}), outside 0-255; exit code "
+                 f"{exit_codes.describe(code)}")  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C reached the workers through torchrun: quietly, 130
         code = exit_codes.INTERRUPTED
         _log(f"{program.shown} interrupted; exit code {exit_codes.describe(code)}")
@@ -97,12 +113,18 @@ def run_program(program: Program) -> int:
         _log(f"{program.shown} failed: {one_line(exc)}; exit code {exit_codes.describe(code)}")
     else:
         code = exit_codes.OK
+    if code == exit_codes.OK:
+        early_exit.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
     if code != exit_codes.OK:
         # Not through the interpreter's shutdown: a process group or DDP module still alive
         # there can abort the process (SIGABRT, "terminate called without an active
-        # exception") and replace this code, which the operators act on, with 134.
+        # exception") and replace this code, which the operators act on, with 134. The
+        # program's atexit handlers still run, as under python or torchrun.
+        atexit._run_exitfuncs()
+        stop_signal.flush_reported_steps()
+        sys.stderr.flush()
         os._exit(code)
     return code
 

@@ -6,6 +6,12 @@ cannot be stopped at a step boundary from outside, so it decides: a program that
 forced by preemption.py's grace timer); a program that never polled it is ended at once with
 143, since nothing in it would react to the flag. torch is not imported here: `kubeddp.api`
 must stay cheap to import.
+
+Python runs a signal handler only when the main thread is back in Python: a worker stuck in
+native code (a collective whose peer is gone, a hung init) would never see SIGTERM and wait
+for the agent's SIGKILL (grace + 10 s). A watcher thread reads the signal from the wakeup fd,
+which the C-level handler writes at once, and ends such a worker when the handler has not run
+in time: it can never save.
 """
 
 from __future__ import annotations
@@ -15,8 +21,15 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from kubeddp.trainer import constants, exit_codes
+
+# Seconds the main thread has to run the SIGTERM handler before the worker counts as stuck in
+# native code: a program that polls may be inside one long kernel; one that never polls is
+# ended by the handler anyway.
+STUCK_POLLING_SECONDS = 10.0
+STUCK_SECONDS = 1.0
 
 
 class _StopState:
@@ -39,10 +52,8 @@ def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 - signal handler signatu
         return
     STATE.requested = True
     if not STATE.polled:
-        _log(
-            "SIGTERM: the program does not poll kubeddp.api.stop_requested(); exiting now with "
-            f"{exit_codes.PREEMPTED}"
-        )
+        # Quietly: launch says once why its workers stop (a preemption, or a failed peer, when
+        # every healthy worker would otherwise print this).
         flush_reported_steps()
         os._exit(exit_codes.PREEMPTED)  # peers are stopping too: no teardown, no barrier
     _log(
@@ -73,7 +84,47 @@ def install(grace_seconds: float) -> bool:
         return False
     signal.signal(signal.SIGTERM, _on_sigterm)
     STATE.installed = True
+    _watch_for_stuck_main_thread()
     return True
+
+
+def _watch_for_stuck_main_thread() -> None:
+    try:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        return  # not the main thread, or no pipe: the agent's SIGKILL remains
+    # A forked child (a DataLoader worker, mp.Process) would write its own signals into this
+    # pipe: a SIGTERM to it alone would look like one to this process.
+    os.register_at_fork(after_in_child=_no_wakeup_fd)
+    threading.Thread(target=_watch, args=(read_fd,), name="kubeddp-sigterm", daemon=True).start()
+
+
+def _no_wakeup_fd() -> None:
+    with contextlib.suppress(ValueError):  # forked from another thread: nothing to undo here
+        signal.set_wakeup_fd(-1)
+
+
+def _watch(read_fd: int) -> None:
+    while True:  # one byte per signal caught, its number
+        got = os.read(read_fd, 64)
+        if not got:
+            return
+        if signal.SIGTERM in got:
+            break
+    wait = min(STUCK_POLLING_SECONDS, STATE.grace_seconds) if STATE.polled else STUCK_SECONDS
+    end = time.monotonic() + wait
+    while not STATE.requested and time.monotonic() < end:
+        time.sleep(0.05)
+    if not STATE.requested:  # the handler never ran: the main thread is stuck in native code
+        os.write(
+            sys.stderr.fileno(),  # not through sys.stderr: the stuck thread may hold its lock
+            f"[kubeddp] SIGTERM: the program has been in native code for {wait:g}s (a "
+            "collective or init that cannot finish) and cannot save; exiting now with "
+            f"{exit_codes.PREEMPTED}\n".encode(),
+        )
+        os._exit(exit_codes.PREEMPTED)
 
 
 def requested() -> bool:

@@ -15,7 +15,7 @@ metricsComponent: metrics
 istioInjectAnnotation: sidecar.istio.io/inject
 kueueQueueLabel: kueue.x-k8s.io/queue-name
 gpuResource: nvidia.com/gpu
-metricsPort: 9400
+metricsPort: 8479
 metricsPortName: metrics
 metricsPath: /metrics
 podMonitorApiVersion: monitoring.coreos.com/v1

@@ -101,6 +101,11 @@ program (trainer.script/module) gets everything after `--`, and the config is la
 - "--module"
 - {{ $t.module | toJson }}
 {{- end }}
+{{- if eq (toString $t.spawnsWorkers) "true" }}
+- "--spawns-workers"
+{{- else if eq (toString $t.spawnsWorkers) "false" }}
+- "--no-spawns-workers"
+{{- end }}
 - "--"
 {{- range $t.args }}
 - {{ . | toJson }}

@@ -63,6 +63,7 @@ backticks, which render turns into its options, and says how to fix it.
 {{- include "kubeddp.validateProgram" . }}
 {{- include "kubeddp.validateCheckpoints" . }}
 {{- include "kubeddp.validateVolumes" . }}
+{{- include "kubeddp.validateEnv" . }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
 {{- range $key := list "labels" "interval" }}
@@ -84,6 +85,13 @@ backticks, which render turns into its options, and says how to fix it.
 {{- $program := or $t.script $t.module }}
 {{- if and $t.args (not $program) }}
 {{- fail "`trainer.args` is set but neither `trainer.script` nor `trainer.module`: the arguments are your program's; name it" }}
+{{- end }}
+{{- if and (eq (toString $t.spawnsWorkers) "true") (not $program) }}
+{{- fail "`trainer.spawnsWorkers` is true but neither `trainer.script` nor `trainer.module` is set: it describes your program; name it" }}
+{{- end }}
+{{- $nodes := include "kubeddp.nodes" . | int }}
+{{- if and (eq (toString $t.spawnsWorkers) "true") (or (gt $nodes 1) .Values.elastic.enabled) }}
+{{- fail (printf "`trainer.spawnsWorkers` is true: your program starts its own workers, so each of the %d nodes would train its own copy; set nodes to 1, or convert it to torchrun style (docs/your-own-script.md)" $nodes) }}
 {{- end }}
 {{- if $program }}
 {{- range $section, $keys := .Values.config }}
@@ -123,5 +131,22 @@ backticks, which render turns into its options, and says how to fix it.
 {{- end }}
 {{- $names = append $names $entry.name }}
 {{- $paths = append $paths $entry.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/* each env name once: an entry of `extraEnv` that `env` or another entry also sets would
+silently replace it (the schema refuses the names kubeddp, torchrun and the operator set) */}}
+{{- define "kubeddp.validateEnv" -}}
+{{- $env := default dict .Values.env }}
+{{- $seen := dict }}
+{{- range $entry := .Values.extraEnv }}
+{{- $name := toString $entry.name }}
+{{- if hasKey $env $name }}
+{{- fail (printf "`extraEnv` entry %s is also set in `env`: give each variable once" $name) }}
+{{- end }}
+{{- if hasKey $seen $name }}
+{{- fail (printf "`extraEnv` has %s twice: give each variable once" $name) }}
+{{- end }}
+{{- $_ := set $seen $name true }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,157 @@
+"""The built wheel in a clean venv (no system site-packages), as a user installs it:
+- what each extra adds on disk, beyond torch, is at most what docs/install.md states;
+- with `[cli]`, `kubeddp render` and `validate` work offline through a helm binary on PATH;
+  with `[cli,helm]` through the library and no binary; with neither, one line and exit 2;
+- `kubeddp --version` is the package version.
+
+torch is not installed (it is the trainer's dependency, 750 MiB, and the same for every extra):
+kubeddp goes in with --no-deps and its other requirements are installed from the wheel's
+metadata. PyPI must be reachable (a skip says so otherwise; CI fails instead).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kubeddp.trainer import __version__
+from tests.helpers import helm_cli
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "install.md"
+MIB = 1 << 20
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _pypi_reachable() -> None:
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/jsonschema/", timeout=10).close()
+    except OSError as exc:
+        reason = f"PyPI is not reachable ({exc}); this test installs from it"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def documented_sizes() -> dict[str, int]:
+    """docs/install.md's table: `| \\`pip install kubeddp[cli]\\` | ... | NN MiB |` rows."""
+    rows = re.findall(r"^\| `pip install (kubeddp(?:\[[a-z,]+\])?)` \|.*\| (\d+) MiB \|$",
+                      DOC.read_text(), re.MULTILINE)  # fmt: skip
+    return {name: int(size) for name, size in rows}
+
+
+def _requirements(wheel: Path, extras: set[str]) -> list[str]:
+    """The wheel's Requires-Dist for these extras, torch left out."""
+    (meta,) = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA")]
+    out = []
+    for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines():
+        if not line.startswith("Requires-Dist: "):
+            continue
+        requirement, _, marker = line.removeprefix("Requires-Dist: ").partition(";")
+        extra = re.search(r'extra == "([^"]+)"', marker)
+        if (extra is None or extra.group(1) in extras) and not requirement.startswith("torch"):
+            out.append(requirement.strip())
+    return out
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--wheel-dir", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("kubeddp-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict:
+    """A clean venv: sizes and times of kubeddp, then of [cli] added to it."""
+    _pypi_reachable()
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    site = next(root.glob("lib/python*/site-packages"))
+    measured, seconds = {}, {}
+    empty = _size(site)
+    for name, extras in (("kubeddp", set()), ("kubeddp[cli]", {"cli"})):
+        started = time.monotonic()
+        subprocess.run([*pip, "--no-deps", str(wheel)], check=True, timeout=300)
+        subprocess.run([*pip, *_requirements(wheel, extras)], check=True, timeout=600)
+        seconds[name] = time.monotonic() - started
+        measured[name] = _size(site) - empty
+    print(f"\ninstall beyond torch: { {k: f'{v / MIB:.1f} MiB' for k, v in measured.items()} }")
+    print(f"install time (network included): { {k: f'{v:.1f} s' for k, v in seconds.items()} }")
+    return {"root": root, "sizes": measured, "pip": pip, "wheel": wheel}
+
+
+def test_each_extra_stays_within_its_documented_size(venv: dict) -> None:
+    stated = documented_sizes()
+    assert {"kubeddp", "kubeddp[cli]"} <= set(stated), stated
+    for name, size in venv["sizes"].items():
+        assert size <= stated[name] * MIB, f"{name}: {size / MIB:.1f} MiB > {stated[name]} MiB"
+
+
+def _kubeddp(venv: dict, path: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": path, "HOME": str(cwd), "KUBECONFIG": str(cwd / "none")}
+    return subprocess.run(
+        [str(venv["root"] / "bin" / "kubeddp"), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def _render_and_validate(venv: dict, path: str, tmp_path: Path) -> None:
+    for kind in ("pytorchjob", "trainjob", "indexedjob"):
+        done = _kubeddp(venv, path, "render", kind, "--nodes", "2", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (tmp_path / f"{kind}.yaml").write_text(done.stdout)
+        checked = _kubeddp(venv, path, "validate", f"{kind}.yaml", cwd=tmp_path)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    bad = (tmp_path / "pytorchjob.yaml").read_text().replace("replicas:", "replicaz:", 1)
+    (tmp_path / "bad.yaml").write_text(bad)
+    refused = _kubeddp(venv, path, "validate", "bad.yaml", cwd=tmp_path)
+    assert refused.returncode == 1 and "replicaz" in refused.stdout, refused.stdout
+
+
+def test_version(venv: dict, tmp_path: Path) -> None:
+    done = _kubeddp(venv, "/usr/bin:/bin", "--version", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"kubeddp {__version__}"
+
+
+def test_cli_renders_and_validates_with_the_helm_binary(venv: dict, tmp_path: Path) -> None:
+    helm = helm_cli.require(helm_cli.HELM_3, "helm")
+    _render_and_validate(venv, f"{helm.parent}:/usr/bin:/bin", tmp_path)
+
+
+def test_cli_without_any_helm_says_what_to_install(venv: dict, tmp_path: Path) -> None:
+    done = _kubeddp(venv, "/usr/bin:/bin", "render", "pytorchjob", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert "install the helm binary" in line and "pip install 'kubeddp[helm]'" in line
+
+
+def test_helm_extra_renders_without_the_binary(venv: dict, tmp_path: Path) -> None:
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"helm"})], check=True, timeout=600)
+    _render_and_validate(venv, "/usr/bin:/bin", tmp_path)

@@ -1,0 +1,76 @@
+"""The schemas shipped in tools/schemas are what tools/gen_schemas.py makes from their sources,
+and they judge manifests as their sources do: the core kinds as kubernetes-validate, the
+Kubeflow kinds as the pinned CRDs (tests/reference)."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from kubeddp.tools import bundled_schemas, gen_schemas, schema_checks
+from kubeddp.tools.bundled_schemas import KUBERNETES_SCHEMA_VERSION
+from tests.helpers.render import render_job
+
+pytestmark = pytest.mark.timeout(120)
+DOCS = [
+    doc
+    for job in (
+        ("pytorchjob", "--nodes", "2", "--podmonitor", "--checkpoint-size", "1Gi"),
+        ("trainjob",),
+        ("indexedjob", "--nodes", "2"),
+    )
+    for doc in render_job(*job)
+]
+CORE = [d for d in DOCS if f"{d['apiVersion']}/{d['kind']}" in bundled_schemas.CORE_KINDS]
+
+
+def test_generated_files_are_fresh() -> None:
+    for path, text in gen_schemas.generated().items():
+        assert path.read_text() == text, f"{path.name} is stale; run `make chart`"
+
+
+def test_every_rendered_core_kind_is_bundled() -> None:
+    kinds = {f"{d['apiVersion']}/{d['kind']}" for d in DOCS}
+    custom = {"monitoring.coreos.com/v1/PodMonitor", *bundled_schemas.CRD_FILES}
+    assert kinds - custom <= set(bundled_schemas.CORE_KINDS)
+    assert {"v1/ConfigMap", "v1/Service", "batch/v1/Job"} <= kinds
+
+
+def _upstream(doc: dict) -> bool:
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError:
+        return False
+    return True
+
+
+def _broken(doc: dict) -> list[dict]:
+    """Unknown field at the top and in metadata, a wrong type deep in a pod spec."""
+    top = {**copy.deepcopy(doc), "spek": {}}
+    meta = copy.deepcopy(doc)
+    meta["metadata"]["labelz"] = {}
+    out = [top, meta]
+    if doc["kind"] == "Job":
+        deep = copy.deepcopy(doc)
+        deep["spec"]["template"]["spec"]["containers"][0]["ports"] = "8080"
+        out.append(deep)
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(CORE)))
+def test_core_kinds_judged_as_kubernetes_validate_does(index: int) -> None:
+    doc = CORE[index]
+    assert schema_checks.core_issues(doc) == [] and _upstream(doc)
+    for bad in _broken(doc):
+        assert schema_checks.core_issues(bad) and not _upstream(bad)
+
+
+@pytest.mark.parametrize("key", sorted(bundled_schemas.CRD_FILES))
+def test_kubeflow_kinds_checked_against_the_bundled_crd(key: str) -> None:
+    (job,) = [d for d in DOCS if f"{d['apiVersion']}/{d['kind']}" == key]
+    schema = bundled_schemas.crd_schema(key)
+    assert schema_checks.crd_issues(job, schema) == []
+    bad = {**copy.deepcopy(job), "spec": {**job["spec"], "runPolicyy": {}}}
+    assert [path for path, _ in schema_checks.crd_issues(bad, schema)] == ["spec"]
