@@ -244,6 +244,32 @@ class CheckpointSync:
             what += f" (and {len(chosen) - 1} older)"
         return f"{what} and {len(loose)} other file(s), {size / 1e6:.1f} MB"
 
+    def refresh(self) -> list[str]:
+        """Before this pod rejoins a new group without restarting: fetch what the keeper got
+        since (another pod's rank 0 wrote it), so every rank starts from the same files."""
+        with self._lock:
+            files = self.client.files()
+            units, loose = split_listing(files)
+            _, here = scan(self.root)
+            done = []
+            for rel in loose:
+                if here.get(rel) != files[rel]:
+                    self.client.download(rel, self.root / rel, files[rel][1])
+                    self.sent[rel] = _stamp(self.root / rel)
+                    done.append(rel)
+            for name in newest_checkpoints(units, FETCH_CHECKPOINTS):
+                if not (self.root / name / COMPLETE).is_file():
+                    staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
+                    for rel in units[name]:
+                        self.client.download(rel, staging / rel, files[rel][1])
+                    os.replace(staging / name, self.root / name)
+                    shutil.rmtree(staging, ignore_errors=True)
+                    self.units.add(name)
+                    done.append(name)
+            if done:
+                self.log(f"[kubeddp] checkpoint keeper: fetched {', '.join(done)} before rejoining")
+            return done
+
     def push(self, final: bool = False) -> list[str]:
         """Send what is new, remove what is gone; returns what was sent or removed."""
         with self._lock:

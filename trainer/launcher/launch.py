@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
@@ -321,13 +321,19 @@ def _launch(argv: list[str]) -> int:
         write_termination_message(str(exc))
         return code
     try:
-        return _run_pod(plan, cfg, deadline, spawns)
+        return _run_pod(plan, cfg, deadline, spawns, sync.refresh if sync is not None else None)
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
 
 
-def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float, spawns: bool) -> int:
+def _run_pod(
+    plan: RendezvousPlan,
+    cfg: Config,
+    deadline: float,
+    spawns: bool,
+    refresh: Callable[[], object] | None = None,
+) -> int:
     """The retry budget, the rendezvous host, /metrics, then training."""
     budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
     refusal = budget.start()
@@ -351,7 +357,7 @@ def _run_pod(plan: RendezvousPlan, cfg: Config, deadline: float, spawns: bool) -
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
-        outcome = _train(plan, cfg, deadline, budget, spawns)
+        outcome = _train(plan, cfg, deadline, budget, spawns, refresh)
     except Exception as exc:  # a signal just after the agent returned (its handler stays)
         signalled = end_signals.exit_code_of(exc)
         if signalled is None:
@@ -385,7 +391,12 @@ def _rejoins(plan: RendezvousPlan) -> bool:
 
 
 def _train(
-    plan: RendezvousPlan, cfg: Config, deadline: float, budget: RetryBudget, spawns: bool
+    plan: RendezvousPlan,
+    cfg: Config,
+    deadline: float,
+    budget: RetryBudget,
+    spawns: bool,
+    refresh: Callable[[], object] | None = None,
 ) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
     rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
@@ -419,9 +430,13 @@ def _train(
                 f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
             )
             wait_for_rendezvous_host(plan, deadline, _log)
+            if refresh is not None:  # the keeper's newest files, as a recreated pod gets them
+                refresh()
             outcome = agent()
     except (RendezvousHostUnreachable, RoundTimeout) as exc:
         return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))
+    except checkpoint_sync.KeeperError as exc:  # the keeper went away between two rounds
+        return Outcome(exit_codes.STORAGE_UNREACHABLE, reason=str(exc))
     except SignalException as exc:  # torch's handlers stay installed between two runs
         code = 128 + int(exc.sigval)
         return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
