@@ -287,12 +287,50 @@ class MetricsConfig:
 
 
 @dataclass
+class DiagnosticsConfig:
+    enabled: bool = setting(
+        True, "per-rank progress records, stall reports, straggler and divergence checks"
+    )
+    stall_seconds: float = setting(
+        180.0,
+        "a rank that has not advanced for this long is stalled: its stacks and collectives are "
+        "captured (well below the 600 s collective timeout)",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    on_stall: str = setting(
+        "exit",
+        "after the stall report: `exit` (code 202, retryable: the pod is replaced) or `wait`",
+        choices=("exit", "wait"),
+    )
+    straggler_factor: float = setting(
+        1.5,
+        "a rank whose mean step time over the window is this many times the median is a straggler",
+        above=1.0,
+        maximum=1000.0,
+    )
+    straggler_window_seconds: float = setting(
+        60.0,
+        "the window of step times the straggler verdict looks at",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    on_nonfinite: str = setting(
+        "stop",
+        "a non-finite loss or gradient norm: `stop` (code 5, fatal), `keep_last_good` (stop "
+        "and remove checkpoints from that step on) or `skip` the step",
+        choices=("stop", "keep_last_good", "skip"),
+    )
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

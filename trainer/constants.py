@@ -20,9 +20,9 @@ CONFIG_FILE = "/etc/kubeddp/config.yaml"
 SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/inductor dirs
 
 # With --script/--module (a user's own program) only these config keys still apply (a section
-# alone: all of its keys): launch's metrics endpoint and the SIGTERM grace. launch refuses
-# --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds")
+# alone: all of its keys): launch's metrics endpoint, the SIGTERM grace and diagnostics. launch
+# refuses --set of any other key, the chart refuses those config values.
+PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "diagnostics")
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
@@ -52,3 +52,5 @@ METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
+# Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
+ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"

@@ -34,12 +34,14 @@ TRAINING_FAILED = 1
 BAD_INPUT = 2
 CLUSTER_ERROR = 3
 INTERNAL_ERROR = 4
+NONFINITE = 5
 WAIT_TIMEOUT = 124
 INTERRUPTED = 130
 KILLED = 137
 PREEMPTED = 143
 RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
+STALLED = 202
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -72,6 +74,14 @@ TABLE: tuple[ExitCode, ...] = (
         "both",
         "a bug in kubeddp (the one line names the exception; KUBEDDP_DEBUG=1 shows the traceback)",
         "report it",
+    ),
+    ExitCode(
+        NONFINITE,
+        "non-finite loss",
+        "training",
+        "the loss or gradient norm became NaN or infinite (the log names the step and rank; "
+        "diagnostics.on_nonfinite=stop or keep_last_good)",
+        "lower the learning rate, clip gradients or fix the data; a retry would diverge again",
     ),
     ExitCode(
         WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"
@@ -111,6 +121,14 @@ TABLE: tuple[ExitCode, ...] = (
         "another process, pod or node failed, or the network or rendezvous store went away "
         "(a collective failed or timed out)",
         "retried; resumes from the newest checkpoint",
+    ),
+    ExitCode(
+        STALLED,
+        "stalled",
+        "training",
+        "a rank made no progress for diagnostics.stall_seconds; the stall report (log and "
+        "checkpoint dir) names the rank, its pod and node and where it was stuck",
+        "retried (the pod is replaced); `kubeddp diagnose JOB` shows the report",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}

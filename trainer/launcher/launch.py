@@ -33,6 +33,7 @@ from kubeddp.trainer.launcher.program_options import (
     torchrun_worker_args,
 )
 from kubeddp.trainer.launcher.rendezvous import NodeFlags, RendezvousError, plan_from_env
+from kubeddp.trainer.launcher.stall_watch import start_diagnostics
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
@@ -275,9 +276,13 @@ def launch_main(argv: list[str]) -> int:
         _log(f"kubeddp launch: error: {exc}")
         return exit_codes.BAD_INPUT
     code = exit_codes.TRAINING_FAILED
+    watch = start_diagnostics(cfg, metrics, _log)
+    worker_env = {**resolved_config_env(cfg), **(watch.env if watch else {})}
     try:
-        code = run_torchrun(plan, resolved_config_env(cfg), cfg.checkpoint.preempt_grace_seconds)
+        code = run_torchrun(plan, worker_env, cfg.checkpoint.preempt_grace_seconds)
     finally:
+        if watch is not None:
+            code = watch.finish(code)
         if metrics is not None:
             metrics.finish(code, _log)
     return code

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.worker import stop_signal
+from kubeddp.trainer.worker import program_watch, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for, one_line
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
@@ -82,6 +82,7 @@ def run_program(program: Program) -> int:
     """Run the program in this process; its exit code (0; any other code ends the process)."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
     stop_signal.install(_preempt_grace_seconds())
+    program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
     try:
         _execute(program)
     except SystemExit as exc:

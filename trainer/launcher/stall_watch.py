@@ -1,0 +1,227 @@
+"""Stall detection in the launch process: watch the local ranks' heartbeat records, and when a
+rank has not advanced for `diagnostics.stall_seconds`, capture before anything is killed.
+
+Capture: faulthandler's stacks of every thread of every local worker (STACKS_SIGNAL; the
+handler runs at C level, so a worker stuck in a gloo/NCCL wait answers), the collectives each
+rank started and finished, the lagging rank and this pod/node (POD_NAME/NODE_NAME from the
+downward API, else the host name). The report goes to the log (between marker lines, which
+`kubeddp diagnose` reads back), to `<checkpoint.dir>/diagnostics/` and, at exit, to the
+container's termination message. Then `diagnostics.on_stall`: `wait` (report once per stall),
+or `exit`: stop the workers and end launch with STALLED (202, retryable).
+
+A rank is watched from its first finished step (start-up is bounded by the start-up timeout).
+A user program that never calls report_step counts its optimizer steps (worker/program.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.config import Config
+from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher.stall_report import RankState, StallReport, build_report
+from kubeddp.trainer.worker.heartbeat import (
+    ENV_DIAG_DIR,
+    STACKS_SIGNAL,
+    RankRecord,
+    read_record,
+    stacks_path,
+)
+
+DIAG_DIR_PREFIX = "kubeddp-diag-"
+REPORT_BEGIN = "[kubeddp] ---- stall report begin ----"
+REPORT_END = "[kubeddp] ---- stall report end ----"
+STALL_LINE = "[kubeddp] stall: "
+TERMINATION_LOG = "/dev/termination-log"
+STACKS_WAIT_SECONDS = 3.0
+
+
+def this_pod() -> str:
+    pod = os.environ.get("POD_NAME") or socket.gethostname()
+    node = os.environ.get("NODE_NAME")
+    return f"pod {pod}, node {node}" if node else f"pod {pod}"
+
+
+def read_records(directory: str) -> list[RankRecord]:
+    found = (read_record(p) for p in sorted(Path(directory).glob("rank-*.hb")))
+    return [r for r in found if r is not None]
+
+
+class StallWatch:
+    def __init__(self, cfg: Config, log: Callable[[str], None]) -> None:
+        d = cfg.diagnostics
+        self.stall_seconds = d.stall_seconds
+        self.action = d.on_stall
+        self.report_dir = Path(cfg.checkpoint.dir) / "diagnostics"
+        self.log = log
+        self.directory = str(scratch.owned_dir(DIAG_DIR_PREFIX))
+        self.acted = False  # on_stall=exit ended the workers
+        self.reports: list[StallReport] = []
+        self._reported = False  # this stall is reported; re-armed when every rank advances
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubeddp-stall-watch", daemon=True)
+        self.interval = min(5.0, max(0.2, self.stall_seconds / 10))
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the workers need: the record directory, and NCCL's flight recorder on."""
+        env = {ENV_DIAG_DIR: self.directory}
+        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
+            env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000"
+        if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ:
+            env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+            env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")
+        return env
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self, code: int) -> int:
+        """Stop watching; the launch's exit code (STALLED when on_stall=exit acted)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.acted:
+            code = exit_codes.STALLED
+        if self.reports and code != exit_codes.OK:
+            _write_termination_message(STALL_LINE + self.reports[-1].line)
+        with contextlib.suppress(OSError):
+            for path in Path(self.directory).iterdir():
+                path.unlink()
+            os.rmdir(self.directory)
+        return code
+
+    # ---- the watch ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check(time.monotonic())
+            except Exception as exc:  # the watch must never take training down
+                self.log(f"[kubeddp] warning: stall watch: {exc!r}")
+
+    def check(self, now: float) -> StallReport | None:
+        """One look at the records; the report when this look found a new stall."""
+        records = [r for r in read_records(self.directory) if r.step >= 1]
+        records = [r for r in records if r.phase not in ("finished",) and _alive(r.pid)]
+        if not records:
+            return None
+        idle = {r.rank: now - r.last_progress for r in records}
+        if max(idle.values()) < self.stall_seconds:
+            self._reported = False
+            return None
+        if self._reported:
+            return None
+        self._reported = True
+        report = self.capture(records, now)
+        self.reports.append(report)
+        self._publish(report)
+        if self.action == "exit":
+            self._end_workers(records)
+        return report
+
+    def capture(self, records: list[RankRecord], now: float) -> StallReport:
+        offsets = {}
+        for r in records:
+            path = stacks_path(self.directory, r.rank)
+            offsets[r.rank] = path.stat().st_size if path.exists() else 0
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(r.pid, STACKS_SIGNAL)
+        stacks = _read_new_stacks(self.directory, offsets)
+        states = [RankState(r, now - r.last_progress, stacks.get(r.rank, "")) for r in records]
+        return build_report(states, this_pod(), self.stall_seconds)
+
+    def _publish(self, report: StallReport) -> None:
+        saved = self._save(report)
+        where = f" (full report: {saved})" if saved else ""
+        self.log(f"{REPORT_BEGIN}\n{report.text}\n{REPORT_END}")
+        self.log(f"{STALL_LINE}{report.line}{where}")
+
+    def _save(self, report: StallReport) -> str | None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        pod = (os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "_")
+        path = self.report_dir / f"stall-{pod}-{stamp}.txt"
+        try:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(report.text + "\n")
+        except OSError as exc:
+            self.log(f"[kubeddp] warning: cannot write the stall report to {path}: {exc}")
+            return None
+        return str(path)
+
+    def _end_workers(self, records: list[RankRecord]) -> None:
+        """on_stall=exit: the agent stops (SIGTERM to this process, as a preemption would),
+        and the stuck workers, which no SIGTERM handler can reach, are killed."""
+        self.acted = True
+        self.log(
+            f"[kubeddp] stall: ending the workers (diagnostics.on_stall=exit); exit code "
+            f"{exit_codes.describe(exit_codes.STALLED)}"
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+        for r in records:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(r.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_new_stacks(directory: str, offsets: dict[int, int]) -> dict[int, str]:
+    """What each rank's faulthandler wrote after `offsets`, waiting a little for the dumps
+    (a handler writes in one go, but the signal may reach a process a moment later)."""
+    deadline = time.monotonic() + STACKS_WAIT_SECONDS
+    found: dict[int, str] = {}
+    while True:
+        for rank, offset in offsets.items():
+            path = stacks_path(directory, rank)
+            with contextlib.suppress(OSError), open(path, errors="replace") as f:
+                f.seek(offset)
+                text = f.read()
+                if text:
+                    found[rank] = text
+        if len(found) == len(offsets) or time.monotonic() > deadline:
+            time.sleep(0.1)  # let a dump in progress finish
+            return {rank: _reread(directory, rank, offsets[rank]) for rank in found}
+        time.sleep(0.05)
+
+
+def _reread(directory: str, rank: int, offset: int) -> str:
+    with open(stacks_path(directory, rank), errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def _write_termination_message(line: str) -> None:
+    """Kubernetes shows this file's text in the pod's status (no extra RBAC to read it)."""
+    path = os.environ.get(constants.ENV_TERMINATION_LOG, TERMINATION_LOG)
+    if os.path.exists(path) and os.access(path, os.W_OK):
+        with contextlib.suppress(OSError), open(path, "w") as f:
+            f.write(line[:4000])
+
+
+def start_diagnostics(cfg: Config, metrics: Any, log: Callable[[str], None]) -> StallWatch | None:
+    """The watch (None when diagnostics are off), its progress series on /metrics."""
+    if not cfg.diagnostics.enabled:
+        return None
+    watch = StallWatch(cfg, log)
+    if metrics is not None:
+        from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
+
+        metrics.registry.register(ProgressCollector(watch))
+    watch.start()
+    return watch

@@ -1,0 +1,103 @@
+"""The straggler verdict: a rank whose own work per step (its step time less the time it
+waited for its peers' gradients, heartbeat.py) is over `straggler_factor` x the median over
+the last `straggler_window_seconds`.
+
+In DDP every rank's wall-clock step time is the same (the gradient all-reduce waits for the
+slowest), so the wall time cannot name the slow rank; the time each rank works before it waits
+can. At log steps (which already read the loss) the ranks all-gather their busy totals in one
+small collective; every rank keeps the same history, so all reach the same verdict, and each
+writes its own into its heartbeat record (launch exports it on /metrics).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kubeddp.trainer.worker.distributed import DistContext, gather_objects
+from kubeddp.trainer.worker.heartbeat import Heartbeat
+
+MIN_STEPS = 3  # steps in the window before a verdict
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    ratio: float  # its busy time per step over the median
+    where: str  # "pod P, node N"
+
+    def describe(self, window: float) -> str:
+        return (
+            f"straggler: rank {self.rank} ({self.where}) works {self.ratio:.1f}x the median "
+            f"step time of the ranks over the last {window:g} s"
+        )
+
+
+def where_am_i() -> str:
+    import os
+    import socket
+
+    pod = os.environ.get("POD_NAME") or socket.gethostname()
+    node = os.environ.get("NODE_NAME") or "?"
+    return f"pod {pod}, node {node}"
+
+
+class StragglerWatch:
+    def __init__(
+        self, ctx: DistContext, hb: Heartbeat, factor: float, window: float,
+        log: Callable[[str], None],
+    ) -> None:  # fmt: skip
+        self.ctx, self.hb, self.factor, self.window, self.log = ctx, hb, factor, window, log
+        self.enabled = hb.enabled and ctx.distributed and ctx.world_size > 1
+        self._history: deque[tuple[float, int, list[float]]] = deque()
+        self._where: list[str] | None = None
+        self._named: set[int] = set()  # ranks whose verdict is out (logged once per episode)
+        self.current: list[Straggler] = []
+
+    def at_log_step(self, step: int) -> None:
+        """Collective (every rank, at the same log step)."""
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        if self._where is None:
+            self._where = gather_objects(where_am_i())
+        mine = torch.tensor([self.hb.busy], dtype=torch.float64, device=self.ctx.device)
+        out = torch.empty(self.ctx.world_size, dtype=torch.float64, device=self.ctx.device)
+        dist.all_gather_into_tensor(out, mine)
+        now = time.monotonic()
+        self._history.append((now, step, out.tolist()))  # a log step: the read is allowed
+        while self._history and now - self._history[0][0] > self.window:
+            self._history.popleft()
+        self._judge()
+
+    def _judge(self) -> None:
+        (_, first_step, first), (_, last_step, last) = self._history[0], self._history[-1]
+        steps = last_step - first_step
+        if steps < MIN_STEPS:
+            return
+        per_step = [(b - a) / steps for a, b in zip(first, last, strict=True)]
+        median = statistics.median(per_step)
+        if median <= 0:
+            return
+        assert self._where is not None
+        self.current = [
+            Straggler(rank, value / median, self._where[rank])
+            for rank, value in enumerate(per_step)
+            if value > self.factor * median
+        ]
+        ratio = next((s.ratio for s in self.current if s.rank == self.ctx.rank), 0.0)
+        self.hb.straggler(ratio)
+        named = {s.rank for s in self.current}
+        if self.ctx.is_main:
+            for s in self.current:
+                if s.rank not in self._named:
+                    self.log(f"[kubeddp] {s.describe(self.window)}")
+            for rank in self._named - named:
+                self.log(f"[kubeddp] rank {rank} is no longer a straggler")
+        self._named = named
