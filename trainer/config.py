@@ -315,6 +315,10 @@ class DiagnosticsConfig:
         above=0.0,
         maximum=ONE_WEEK_SECONDS,
     )
+    report_dir: str = setting(
+        "",
+        "where stall reports are written; empty = `diagnostics/` in `checkpoint.dir`",
+    )
     on_nonfinite: str = setting(
         "stop",
         "a non-finite loss or gradient norm: `stop` (code 5, fatal), `keep_last_good` (stop "

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kubeddp.trainer.worker.heartbeat import RankRecord
+from kubeddp.trainer.worker.heartbeat import COLLECTIVES, RankRecord
 
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -91,10 +91,13 @@ def build_report(states: list[RankState], where: str, stall_seconds: float) -> S
     waiting = [s for s in states if s.waits_for_peers()]
     suspects = [s for s in states if not s.waits_for_peers()]
     behind = _behind_in_collectives(states)
+    why = ""
     if suspects:
         lagging = max(suspects, key=lambda s: s.idle_seconds)
+        if behind is not None and behind[0] is lagging:
+            why = behind[1]
     elif behind is not None:
-        lagging = behind
+        lagging, why = behind
     else:
         lagging = None
     waits = _describe_waits([s for s in waiting if s is not lagging])
@@ -104,8 +107,8 @@ def build_report(states: list[RankState], where: str, stall_seconds: float) -> S
             f"rank {r.rank} ({where}) has been in {lagging.where()} for "
             f"{lagging.idle_seconds:.0f} s"
         )
-        if behind is lagging and r.collectives_started:
-            line += f" (after {r.collectives_done} collectives)"
+        if why:
+            line += f" ({why})"
     else:
         ranks = ", ".join(str(s.record.rank) for s in states)
         line = (
@@ -128,19 +131,27 @@ def build_report(states: list[RankState], where: str, stall_seconds: float) -> S
     return StallReport(line, "\n".join(body), number)
 
 
-def _behind_in_collectives(states: list[RankState]) -> RankState | None:
-    """A rank that started fewer collectives than the others (it skipped or has not reached
-    the one they wait in), or that waits in another op at the same count."""
+def _behind_in_collectives(states: list[RankState]) -> tuple[RankState, str] | None:
+    """A rank that started fewer collectives than the others (it skipped one, or has not
+    reached the one they wait in), and why it is named."""
+    if len(states) < 2:
+        return None
     counts = Counter(s.record.collectives_started for s in states)
-    if len(states) > 1 and len(counts) > 1:
-        lowest = min(states, key=lambda s: s.record.collectives_started)
-        if counts[lowest.record.collectives_started] == 1:
-            return lowest
-    ops = Counter(s.record.collective_op for s in states if s.record.in_collective)
-    if len(ops) > 1:
-        rare = min(ops, key=lambda op: ops[op])
-        if ops[rare] == 1:
-            return next(s for s in states if s.record.collective_op == rare)
+    lowest = min(states, key=lambda s: s.record.collectives_started)
+    if len(counts) > 1 and counts[lowest.record.collectives_started] == 1:
+        most = max(s.record.collectives_started for s in states)
+        return (
+            lowest,
+            f"it started {lowest.record.collectives_started} collectives, the others {most}",
+        )
+    for op, name in enumerate(COLLECTIVES):  # the same total: one op fewer, another more
+        per_rank = Counter(s.record.op_counts[op] for s in states)
+        if len(per_rank) < 2:
+            continue
+        few = min(states, key=lambda s: s.record.op_counts[op])
+        if per_rank[few.record.op_counts[op]] == 1:
+            most = max(s.record.op_counts[op] for s in states)
+            return few, f"it ran {few.record.op_counts[op]} {name}, the others {most}"
     return None
 
 

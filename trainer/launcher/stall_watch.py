@@ -62,7 +62,7 @@ class StallWatch:
         d = cfg.diagnostics
         self.stall_seconds = d.stall_seconds
         self.action = d.on_stall
-        self.report_dir = Path(cfg.checkpoint.dir) / "diagnostics"
+        self.report_dir = Path(d.report_dir or Path(cfg.checkpoint.dir) / "diagnostics")
         self.log = log
         self.directory = str(scratch.owned_dir(DIAG_DIR_PREFIX))
         self.acted = False  # on_stall=exit ended the workers
@@ -76,8 +76,8 @@ class StallWatch:
     def env(self) -> dict[str, str]:
         """What the workers need: the record directory, and NCCL's flight recorder on."""
         env = {ENV_DIAG_DIR: self.directory}
-        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
-            env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000"
+        if "TORCH_FR_BUFFER_SIZE" not in os.environ:
+            env["TORCH_FR_BUFFER_SIZE"] = "2000"
         if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ:
             env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
             env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")

@@ -70,15 +70,10 @@ _COLLECTIVE = struct.Struct("<qqi4xd")  # started, done, op, since
 _NONFINITE = struct.Struct("<qi4x")  # first non-finite step (-1: none), what
 _BUSY = struct.Struct("<d")  # seconds this rank worked in its steps (not waiting for peers)
 _STRAGGLER = struct.Struct("<d")  # 0, or its busy time over the median (straggler verdict)
-_STEP_AT, _PHASE_AT, _COLLECTIVE_AT, _NONFINITE_AT, _BUSY_AT, _STRAGGLER_AT = (
-    24,
-    40,
-    56,
-    88,
-    104,
-    112,
-)
-RECORD_SIZE = 120
+_OP_COUNT = struct.Struct("<q")  # one per op in COLLECTIVES: how many this rank started
+_STEP_AT, _PHASE_AT, _COLLECTIVE_AT, _NONFINITE_AT = 24, 40, 56, 88
+_BUSY_AT, _STRAGGLER_AT, _OP_COUNTS_AT = 104, 112, 120
+RECORD_SIZE = _OP_COUNTS_AT + 8 * 16  # room for 16 ops
 
 
 def record_path(directory: str | Path, rank: int) -> Path:
@@ -108,6 +103,7 @@ class RankRecord:
     nonfinite_what: str
     busy_seconds: float
     straggler_ratio: float
+    op_counts: tuple[int, ...]  # per op of COLLECTIVES
 
     @property
     def last_progress(self) -> float:
@@ -153,6 +149,7 @@ def read_record(path: Path) -> RankRecord | None:
         nonfinite_what=NONFINITE_WHAT[bad_what] if 0 <= bad_what < len(NONFINITE_WHAT) else "",
         busy_seconds=busy,
         straggler_ratio=straggler,
+        op_counts=struct.unpack_from(f"<{len(COLLECTIVES)}q", data, _OP_COUNTS_AT),
     )
 
 
@@ -163,6 +160,7 @@ class Heartbeat:
         self.enabled = bool(directory) and os.path.isdir(directory or "")
         self.step = -1
         self.started = self.done = 0
+        self.op_counts = [0] * len(COLLECTIVES)
         self.busy = 0.0
         # The time this rank's last gradient bucket was ready (DDP comm hook): from then until
         # backward returns it waits for its peers; that wait is not its own work.
@@ -221,6 +219,8 @@ class Heartbeat:
     def collective_start(self, op: int) -> None:
         if self.enabled:
             self.started += 1
+            self.op_counts[op] += 1
+            _OP_COUNT.pack_into(self._map, _OP_COUNTS_AT + 8 * op, self.op_counts[op])
             _COLLECTIVE.pack_into(
                 self._map, _COLLECTIVE_AT, self.started, self.done, op, time.monotonic()
             )
