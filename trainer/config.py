@@ -305,7 +305,8 @@ class DiagnosticsConfig:
     )
     straggler_factor: float = setting(
         1.5,
-        "a rank whose mean step time over the window is this many times the median is a straggler",
+        "a rank whose own work per step (its step time less its wait for the others) over the "
+        "window is this many times the median of the other ranks is a straggler",
         above=1.0,
         maximum=1000.0,
     )

@@ -58,6 +58,8 @@ COLLECTIVES = (
     "barrier",
     "all_gather_object",
     "broadcast_object_list",
+    "all_gather_single",
+    "reduce_scatter_single",
 )
 NONFINITE_WHAT = ("loss", "gradient norm")
 _OPTIMIZER = PHASE_CODE["optimizer"]

@@ -1,6 +1,6 @@
 """The straggler verdict: a rank whose own work per step (its step time less the time it
-waited for its peers' gradients, heartbeat.py) is over `straggler_factor` x the median over
-the last `straggler_window_seconds`.
+waited for its peers' gradients, heartbeat.py) is over `straggler_factor` x the median of the
+other ranks' over the last `straggler_window_seconds`.
 
 In DDP every rank's wall-clock step time is the same (the gradient all-reduce waits for the
 slowest), so the wall time cannot name the slow rank; the time each rank works before it waits
@@ -34,7 +34,7 @@ class Straggler:
     def describe(self, window: float) -> str:
         return (
             f"straggler: rank {self.rank} ({self.where}) works {self.ratio:.1f}x the median "
-            f"step time of the ranks over the last {window:g} s"
+            f"of the other ranks per step over the last {window:g} s"
         )
 
 
@@ -69,7 +69,9 @@ class StragglerWatch:
             self._where = gather_objects(where_am_i())
         mine = torch.tensor([self.hb.busy], dtype=torch.float64, device=self.ctx.device)
         out = torch.empty(self.ctx.world_size, dtype=torch.float64, device=self.ctx.device)
-        dist.all_gather_into_tensor(out, mine)
+        # all_gather_single where torch has it (all_gather_into_tensor is deprecated there)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(out, mine)
         now = time.monotonic()
         self._history.append((now, step, out.tolist()))  # a log step: the read is allowed
         while self._history and now - self._history[0][0] > self.window:
@@ -82,15 +84,13 @@ class StragglerWatch:
         if steps < MIN_STEPS:
             return
         per_step = [(b - a) / steps for a, b in zip(first, last, strict=True)]
-        median = statistics.median(per_step)
-        if median <= 0:
-            return
         assert self._where is not None
-        self.current = [
-            Straggler(rank, value / median, self._where[rank])
-            for rank, value in enumerate(per_step)
-            if value > self.factor * median
-        ]
+        self.current = []
+        for rank, value in enumerate(per_step):
+            # the median of the others: with two ranks, the median of both would be the mean
+            median = statistics.median(per_step[:rank] + per_step[rank + 1 :])
+            if median > 0 and value > self.factor * median:
+                self.current.append(Straggler(rank, value / median, self._where[rank]))
         ratio = next((s.ratio for s in self.current if s.rank == self.ctx.rank), 0.0)
         self.hb.straggler(ratio)
         named = {s.rank for s in self.current}
