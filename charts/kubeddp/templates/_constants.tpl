@@ -45,6 +45,7 @@ kubeddpManaged: kubeddp
 programConfigKeys:
   - metrics
   - checkpoint.preempt_grace_seconds
+  - diagnostics
 volumeSources:
   - persistentVolumeClaim
   - configMap
