@@ -89,7 +89,8 @@ class StallWatch:
     def finish(self, code: int) -> int:
         """Stop watching; the launch's exit code (STALLED when on_stall=exit acted)."""
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         if self.acted:
             code = exit_codes.STALLED
         if self.reports and code != exit_codes.OK:
