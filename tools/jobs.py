@@ -94,7 +94,9 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
     for line in lines:
         print(line, file=out)
     print("pods:", file=out)
-    for pod in cluster.list_pods(f"{kind.job_name_label}={name}"):
+    pods = cluster.list_pods(f"{kind.job_name_label}={name}")
+    health = _health(cluster, kind, pods)
+    for pod in pods:
         with _reading_answer(f"pod {pod['metadata']['name']}"):
             pod_status = _mapping(pod.get("status"))
             statuses = pod_status.get("containerStatuses") or []
@@ -102,6 +104,17 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO) -> None:
             phase = pod_status.get("phase", "?")
             node = _mapping(pod.get("spec")).get("nodeName", "-")
         print(f"  {pod['metadata']['name']}: {phase}, restarts={restarts}, node={node}", file=out)
+        for line in health.get(pod["metadata"]["name"], []):
+            print(f"    {line}", file=out)
+
+
+def _health(cluster: Cluster, kind: JobKind, pods: list[dict]) -> dict[str, list[str]]:
+    """Per pod: progress, straggler, stall and non-finite verdicts (tools/diagnosis.py)."""
+    from kubeddp.tools import diagnosis
+
+    names = [p["metadata"]["name"] for p in pods]
+    logs = diagnosis.pod_logs(cluster, names, kind.container, diagnosis.LOG_TAIL)
+    return diagnosis.health_lines(pods, logs)
 
 
 def wait(
