@@ -289,6 +289,8 @@ def chart_constants() -> dict[str, Any]:
         "defaultImagePullPolicy": CV.DEFAULT_IMAGE_PULL_POLICY,
         "defaultCheckpointSize": CV.DEFAULT_CHECKPOINT_SIZE,
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,
+        # name -> fieldPath: the pod and node a diagnostics report names
+        "downwardEnv": dict(trainer.DOWNWARD_ENV),
         # Exit codes another pod causes (a preemption's cascade): an Indexed Job ignores them.
         "cascadeExitCodes": list(exit_codes.CASCADE),
         "kubeddpManaged": CV.MANAGED_BY[1],

@@ -54,3 +54,7 @@ RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
 # Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
+# The pod's and node's names (downward API in every manifest) name a stalled or slow rank
+ENV_POD_NAME = "POD_NAME"
+ENV_NODE_NAME = "NODE_NAME"
+DOWNWARD_ENV = {ENV_POD_NAME: "metadata.name", ENV_NODE_NAME: "spec.nodeName"}

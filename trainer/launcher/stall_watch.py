@@ -36,6 +36,7 @@ from kubeddp.trainer.worker.heartbeat import (
     RankRecord,
     read_record,
     stacks_path,
+    this_pod,
 )
 
 DIAG_DIR_PREFIX = "kubeddp-diag-"
@@ -44,12 +45,6 @@ REPORT_END = "[kubeddp] ---- stall report end ----"
 STALL_LINE = "[kubeddp] stall: "
 TERMINATION_LOG = "/dev/termination-log"
 STACKS_WAIT_SECONDS = 3.0
-
-
-def this_pod() -> str:
-    pod = os.environ.get("POD_NAME") or socket.gethostname()
-    node = os.environ.get("NODE_NAME")
-    return f"pod {pod}, node {node}" if node else f"pod {pod}"
 
 
 def read_records(directory: str) -> list[RankRecord]:
@@ -148,7 +143,7 @@ class StallWatch:
 
     def _save(self, report: StallReport) -> str | None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        pod = (os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "_")
+        pod = (os.environ.get(constants.ENV_POD_NAME) or socket.gethostname()).replace("/", "_")
         path = self.report_dir / f"stall-{pod}-{stamp}.txt"
         try:
             self.report_dir.mkdir(parents=True, exist_ok=True)

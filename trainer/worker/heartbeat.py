@@ -78,6 +78,17 @@ _BUSY_AT, _STRAGGLER_AT, _OP_COUNTS_AT = 104, 112, 120
 RECORD_SIZE = _OP_COUNTS_AT + 8 * 16  # room for 16 ops
 
 
+def this_pod() -> str:
+    """`pod P, node N` (the downward API's names; the host name outside Kubernetes)."""
+    import socket
+
+    from kubeddp.trainer import constants
+
+    pod = os.environ.get(constants.ENV_POD_NAME) or socket.gethostname()
+    node = os.environ.get(constants.ENV_NODE_NAME)
+    return f"pod {pod}, node {node}" if node else f"pod {pod}"
+
+
 def record_path(directory: str | Path, rank: int) -> Path:
     return Path(directory) / f"rank-{rank}.hb"
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
-from kubeddp.trainer.worker.heartbeat import Heartbeat
+from kubeddp.trainer.worker.heartbeat import Heartbeat, this_pod
 
 MIN_STEPS = 3  # steps in the window before a verdict
 
@@ -36,15 +36,6 @@ class Straggler:
             f"straggler: rank {self.rank} ({self.where}) works {self.ratio:.1f}x the median "
             f"of the other ranks per step over the last {window:g} s"
         )
-
-
-def where_am_i() -> str:
-    import os
-    import socket
-
-    pod = os.environ.get("POD_NAME") or socket.gethostname()
-    node = os.environ.get("NODE_NAME") or "?"
-    return f"pod {pod}, node {node}"
 
 
 class StragglerWatch:
@@ -66,7 +57,7 @@ class StragglerWatch:
         import torch.distributed as dist
 
         if self._where is None:
-            self._where = gather_objects(where_am_i())
+            self._where = gather_objects(this_pod())
         mine = torch.tensor([self.hb.busy], dtype=torch.float64, device=self.ctx.device)
         out = torch.empty(self.ctx.world_size, dtype=torch.float64, device=self.ctx.device)
         # all_gather_single where torch has it (all_gather_into_tensor is deprecated there)

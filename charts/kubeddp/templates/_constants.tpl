@@ -37,6 +37,9 @@ defaultCleanPodPolicy: Running
 defaultImagePullPolicy: IfNotPresent
 defaultCheckpointSize: 10Gi
 cpuNprocEnv: KUBEDDP_CPU_NPROC
+downwardEnv:
+  POD_NAME: metadata.name
+  NODE_NAME: spec.nodeName
 cascadeExitCodes:
   - 143
   - 200
