@@ -124,8 +124,8 @@ program (trainer.script/module) gets everything after `--`, and the config is la
 
 {{/* env: the kind's own entries (.env, in the order .envOrder) where values.env may replace
 a value in place, its downward-API entries (.fieldEnv: name -> fieldPath), then the rest of
-values.env, then extraEnv, then the pod's and node's names (downwardEnv: diagnostics reports name
-them) unless set already */}}
+values.env, the pod's and node's names (downwardEnv: diagnostics reports name them) unless set
+already, then extraEnv */}}
 {{- define "kubeddp.env" -}}
 {{- $root := .root }}
 {{- range $name := .envOrder }}
@@ -144,9 +144,6 @@ them) unless set already */}}
   value: {{ $value | quote }}
 {{- end }}
 {{- end }}
-{{- with $root.Values.extraEnv }}
-{{ toYaml . }}
-{{- end }}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
 {{- range $name, $path := $c.downwardEnv }}
 {{- if not (or (hasKey $root.Values.env $name) (include "kubeddp.inExtraEnv" (dict "list" $root.Values.extraEnv "name" $name)) (hasKey ($.fieldEnv | default dict) $name)) }}
@@ -155,6 +152,9 @@ them) unless set already */}}
     fieldRef:
       fieldPath: {{ $path | quote }}
 {{- end }}
+{{- end }}
+{{- with $root.Values.extraEnv }}
+{{ toYaml . }}
 {{- end }}
 {{- end }}
 
