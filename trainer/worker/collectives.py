@@ -20,9 +20,15 @@ from kubeddp.trainer.worker.heartbeat import COLLECTIVES, Heartbeat
 _MARK = "_kubeddp_counted"
 
 
-def _counted(original: Callable[..., Any], op: int, hb: Heartbeat) -> Callable[..., Any]:
+# The heartbeat the wrappers write to: this process's, replaced when a new one is installed
+# (a process that runs several trainers one after the other, as the benchmark does).
+_CURRENT: list[Heartbeat] = []
+
+
+def _counted(original: Callable[..., Any], op: int) -> Callable[..., Any]:
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
+        hb = _CURRENT[0]
         hb.collective_start(op)
         try:
             return original(*args, **kwargs)
@@ -34,7 +40,9 @@ def _counted(original: Callable[..., Any], op: int, hb: Heartbeat) -> Callable[.
 
 
 def install(hb: Heartbeat) -> None:
-    """Wrap torch.distributed's collectives once per process (no-op without a heartbeat)."""
+    """Count into `hb` from now on; wrap torch.distributed's collectives once per process
+    (not while no heartbeat is enabled)."""
+    _CURRENT[:] = [hb]
     if not hb.enabled:
         return
     import torch.distributed as dist
@@ -42,7 +50,7 @@ def install(hb: Heartbeat) -> None:
     for op, name in enumerate(COLLECTIVES):
         original = getattr(dist, name, None)
         if original is not None and not getattr(original, _MARK, False):
-            setattr(dist, name, _counted(original, op, hb))
+            setattr(dist, name, _counted(original, op))
 
 
 def watch_ddp(model: Any, hb: Heartbeat) -> None:

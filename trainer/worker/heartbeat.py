@@ -250,6 +250,9 @@ class Heartbeat:
             _NONFINITE.pack_into(self._map, _NONFINITE_AT, step, NONFINITE_WHAT.index(what))
 
     def close(self) -> None:
+        global _THIS
+        if _THIS is self:  # the next this_rank() makes a fresh one (a later trainer's)
+            _THIS = None
         if self.enabled:
             self.phase(PHASE_CODE["finished"])
             faulthandler.unregister(STACKS_SIGNAL)
