@@ -166,3 +166,51 @@ def test_the_watch_reports_a_stall_once_and_rearms(watch: StallWatch) -> None:
 
 def time_after(directory: Path) -> float:
     return read_record(record_path(directory, 0)).last_progress + 1
+
+
+FR_WORKER = """
+import os, sys, time, torch, torch.distributed as dist
+from kubeddp.trainer.worker import flight_recorder
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0?", rank=0, world_size=1)
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+flight_recorder.start_responder(sys.argv[1], 0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from kubeddp.trainer.worker import flight_recorder
+
+    env = {**os.environ, flight_recorder.ENV_BUFFER: "100"}
+    script = FR_WORKER.replace("tcp://127.0.0.1:0?", "env://")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert flight_recorder.request(tmp_path, 0)
+        dump = flight_recorder.dump_path(tmp_path, 0)
+        deadline = time.monotonic() + 30
+        while not dump.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = flight_recorder.summary(dump.read_text())
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert line == "flight recorder: default_pg (0): all_reduce #3 (finished)", line
+    assert not flight_recorder.request(tmp_path, 1)  # nobody listens there
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -33,6 +33,7 @@ class RankState:
     record: RankRecord
     idle_seconds: float
     stacks: str  # faulthandler's dump of every thread ("" when it did not answer)
+    recorder: str = ""  # the flight recorder's summary line ("" when there is none)
 
     def main_frames(self) -> list[Frame]:
         """The main thread's frames, innermost first."""
@@ -125,6 +126,8 @@ def build_report(states: list[RankState], where: str, stall_seconds: float) -> S
             f"{s.idle_seconds:.0f} s, collectives {r.collectives_done}/{r.collectives_started} "
             f"(last {r.collective_op or '-'})"
         )
+        if s.recorder:
+            body.append(s.recorder)
         body.append(s.stacks.rstrip() or "  (no stacks: the process did not answer)")
         body.append("")
     number = lagging.record.rank if lagging is not None else None

@@ -30,6 +30,7 @@ from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.stall_report import RankState, StallReport, build_report
+from kubeddp.trainer.worker import flight_recorder
 from kubeddp.trainer.worker.heartbeat import (
     ENV_DIAG_DIR,
     STACKS_SIGNAL,
@@ -71,8 +72,8 @@ class StallWatch:
     def env(self) -> dict[str, str]:
         """What the workers need: the record directory, and NCCL's flight recorder on."""
         env = {ENV_DIAG_DIR: self.directory}
-        if "TORCH_FR_BUFFER_SIZE" not in os.environ:
-            env["TORCH_FR_BUFFER_SIZE"] = "2000"
+        if flight_recorder.ENV_BUFFER not in os.environ:
+            env[flight_recorder.ENV_BUFFER] = "2000"
         if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ:
             env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
             env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")
@@ -131,8 +132,13 @@ class StallWatch:
             offsets[r.rank] = path.stat().st_size if path.exists() else 0
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(r.pid, STACKS_SIGNAL)
+        asked = {r.rank for r in records if _ask_flight_recorder(self.directory, r.rank)}
         stacks = _read_new_stacks(self.directory, offsets)
-        states = [RankState(r, now - r.last_progress, stacks.get(r.rank, "")) for r in records]
+        recorded = _read_flight_recorders(self.directory, asked)
+        states = [
+            RankState(r, now - r.last_progress, stacks.get(r.rank, ""), recorded.get(r.rank, ""))
+            for r in records
+        ]
         return build_report(states, this_pod(), self.stall_seconds)
 
     def _publish(self, report: StallReport) -> None:
@@ -194,6 +200,27 @@ def _read_new_stacks(directory: str, offsets: dict[int, int]) -> dict[int, str]:
             time.sleep(0.1)  # let a dump in progress finish
             return {rank: _reread(directory, rank, offsets[rank]) for rank in found}
         time.sleep(0.05)
+
+
+def _ask_flight_recorder(directory: str, rank: int) -> bool:
+    path = flight_recorder.dump_path(directory, rank)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return flight_recorder.request(directory, rank)
+
+
+def _read_flight_recorders(directory: str, ranks: set[int]) -> dict[int, str]:
+    """Each asked rank's flight-recorder summary (a rank whose thread cannot run gives none)."""
+    deadline = time.monotonic() + STACKS_WAIT_SECONDS
+    found: dict[int, str] = {}
+    while ranks - set(found) and time.monotonic() < deadline:
+        for rank in ranks - set(found):
+            with contextlib.suppress(OSError):
+                found[rank] = flight_recorder.summary(
+                    flight_recorder.dump_path(directory, rank).read_text()
+                )
+        time.sleep(0.05)
+    return found
 
 
 def _reread(directory: str, rank: int, offset: int) -> str:

@@ -203,6 +203,9 @@ class Heartbeat:
         os.replace(tmp, path)
         self._stacks = open(stacks_path(directory, rank), "a")  # noqa: SIM115 (kept open)
         faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        from kubeddp.trainer.worker import flight_recorder
+
+        flight_recorder.start_responder(directory, rank)
 
     def phase(self, code: int) -> None:
         """Enter a phase (a code from PHASE_CODE)."""
