@@ -91,7 +91,8 @@ def summary(text: str) -> str:
     last: dict[str, dict] = {}
     for entry in dump.get("entries") or []:
         group = entry.get("process_group") or ["?", "?"]
-        last[f"{group[1]} ({group[0]})"] = entry
+        name = group[1] if group[1] not in ("", "undefined") else "group"
+        last[f"{name} ({group[0]})"] = entry
     if not last:
         return "flight recorder: no collective recorded"
     parts = []
