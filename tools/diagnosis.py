@@ -13,7 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from kubeddp.trainer.launcher.stall_watch import REPORT_BEGIN, REPORT_END, STALL_LINE
+from kubeddp.trainer.launcher.stall_watch import (
+    PROGRESS_LINE,
+    REPORT_BEGIN,
+    REPORT_END,
+    STALL_LINE,
+)
 
 LOG_TAIL = 400
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z (.*)$")
@@ -30,6 +35,8 @@ class PodHealth:
     stall: str = ""  # the stall line (log or termination message)
     stragglers: dict[str, str] = field(default_factory=dict)  # pod -> "rank 5 (2.1x)"
     nonfinite: str = ""
+    ranks: str = ""  # the launch's latest progress line: each local rank's step and phase
+    ranks_at: str = ""
 
 
 def read_log(text: str) -> PodHealth:
@@ -42,6 +49,9 @@ def read_log(text: str) -> PodHealth:
             health.last_line_at = stamped.group(1) + "Z"
         if m := _STEP.match(line):
             health.step = f"{m.group(1)}/{m.group(2)}"
+        elif line.startswith(PROGRESS_LINE):
+            health.ranks = line[len(PROGRESS_LINE) :]
+            health.ranks_at = stamped.group(1) + "Z" if stamped else ""
         elif line.startswith(STALL_LINE) and ("has been in" in line or "no progress" in line):
             health.stall = line[len(STALL_LINE) :]
         elif m := _STRAGGLER.search(line):
@@ -103,6 +113,9 @@ def health_lines(pods: list[dict], logs: dict[str, str]) -> dict[str, list[str]]
             progress.append(f"last log line {health.last_line_at}")
         if progress:
             lines.append(", ".join(progress))
+        if health.ranks:
+            at = f" (at {health.ranks_at})" if health.ranks_at else ""
+            lines.append(f"ranks: {health.ranks}{at}")
         if name in stragglers:
             lines.append(f"straggler: {stragglers[name]}")
         stall = health.stall or termination_message(pod)

@@ -29,6 +29,7 @@ median
 2026-11-26T10:00:10Z step 10/100 | epoch 0 | loss 0.9
 """
 WORKER_LOG = """\
+2026-11-26T10:04:00Z [kubeddp] progress: rank 1 step 9 data 120 s
 2026-11-26T10:05:00Z [kubeddp] ---- stall report begin ----
 2026-11-26T10:05:00Z stall report: rank 1 (pod demo-worker-0, node n2) has been in data: x
 2026-11-26T10:05:00Z   File "/app/train.py", line 3 in load
@@ -49,6 +50,7 @@ def test_status_shows_progress_stragglers_and_the_stall_line(api, capsys):
     assert "    step 10/100, last log line 2026-11-26T10:00:10Z" in out
     worker = out.split("demo-worker-0:", 1)[1]
     assert "    straggler: rank 1 (2.1x)" in worker
+    assert "    ranks: rank 1 step 9 data 120 s (at 2026-11-26T10:04:00Z)" in worker
     assert "    stall: rank 1 (pod demo-worker-0, node n2) has been in data: x for 181 s" in worker
     assert "(full report: /checkpoints/diagnostics/stall.txt)" in worker
     logs = [c["query"] for c in api.calls("GET") if c["path"].endswith("/log")]

@@ -214,3 +214,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_in_a_pod_the_watch_logs_the_ranks_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAME", "demo-worker-1")
+    lines: list[str] = []
+    watch = StallWatch(load_config(None, [f"checkpoint.dir={tmp_path}"]), lines.append)
+    hb = _beat(Path(watch.directory), 4)
+    try:
+        now = read_record(record_path(watch.directory, 4)).last_progress
+        watch.check(now + 2)
+        watch.check(now + 3)  # once a minute, not at every look
+    finally:
+        hb.close()
+        watch.finish(0)
+    assert lines == ["[kubeddp] progress: rank 4 step 3 data 2 s"]

@@ -46,6 +46,10 @@ REPORT_END = "[kubeddp] ---- stall report end ----"
 STALL_LINE = "[kubeddp] stall: "
 TERMINATION_LOG = "/dev/termination-log"
 STACKS_WAIT_SECONDS = 3.0
+# In a pod (POD_NAME set by the downward API), a line of the local ranks' progress this often:
+# `kubeddp status` reads each pod's phase and step from it (no log noise on a laptop).
+PROGRESS_LINE = "[kubeddp] progress: "
+PROGRESS_EVERY_SECONDS = 60.0
 
 
 def read_records(directory: str) -> list[RankRecord]:
@@ -67,6 +71,10 @@ class StallWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kubeddp-stall-watch", daemon=True)
         self.interval = min(5.0, max(0.2, self.stall_seconds / 10))
+        self.progress_every = (
+            PROGRESS_EVERY_SECONDS if os.environ.get(constants.ENV_POD_NAME) else 0
+        )
+        self._next_progress = 0.0
 
     @property
     def env(self) -> dict[str, str]:
@@ -111,6 +119,9 @@ class StallWatch:
         records = [r for r in records if r.phase not in ("finished",) and _alive(r.pid)]
         if not records:
             return None
+        if self.progress_every and now >= self._next_progress:
+            self._next_progress = now + self.progress_every
+            self.log(PROGRESS_LINE + progress_text(records, now))
         idle = {r.rank: now - r.last_progress for r in records}
         if max(idle.values()) < self.stall_seconds:
             self._reported = False
@@ -171,6 +182,13 @@ class StallWatch:
         for r in records:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(r.pid, signal.SIGKILL)
+
+
+def progress_text(records: list[RankRecord], now: float) -> str:
+    """`rank 4 step 120 data 0 s, rank 5 step 120 optimizer 0 s` (seconds since progress)."""
+    return ", ".join(
+        f"rank {r.rank} step {r.step} {r.phase} {now - r.last_progress:.0f} s" for r in records
+    )
 
 
 def _alive(pid: int) -> bool:
