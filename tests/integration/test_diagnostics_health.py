@@ -44,7 +44,7 @@ def test_a_rank_twice_as_slow_is_named_a_straggler_and_none_in_a_healthy_run(
 ) -> None:
     done = _train(
         tmp_path, "slow", rank, 0, "diagnostics.straggler_window_seconds=3", "train.max_steps=60",
-        work_ms=15,
+        work_ms=40,
     )  # fmt: skip
     assert done.code == 0, done.output[-3000:]
     verdicts = re.findall(

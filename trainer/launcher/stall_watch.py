@@ -40,7 +40,6 @@ from kubeddp.trainer.worker.heartbeat import (
     this_pod,
 )
 
-DIAG_DIR_PREFIX = "kubeddp-diag-"
 REPORT_BEGIN = "[kubeddp] ---- stall report begin ----"
 REPORT_END = "[kubeddp] ---- stall report end ----"
 STALL_LINE = "[kubeddp] stall: "
@@ -64,7 +63,7 @@ class StallWatch:
         self.action = d.on_stall
         self.report_dir = Path(d.report_dir or Path(cfg.checkpoint.dir) / "diagnostics")
         self.log = log
-        self.directory = str(scratch.owned_dir(DIAG_DIR_PREFIX))
+        self.directory = str(scratch.owned_dir(constants.DIAG_DIR_PREFIX))
         self.acted = False  # on_stall=exit ended the workers
         self.reports: list[StallReport] = []
         self._reported = False  # this stall is reported; re-armed when every rank advances
