@@ -249,7 +249,11 @@ class DDPConfig:
 
 @dataclass
 class CheckpointConfig:
-    dir: str = setting("checkpoints", "where checkpoints go (`/checkpoints` in pods)")
+    dir: str = setting(
+        "checkpoints",
+        "where checkpoints go (`/checkpoints` in pods): a directory of their own, or "
+        "`s3://bucket/prefix`",
+    )
     every_steps: int = setting(
         0,
         "save every N optimizer steps; 0 = at the end of each epoch only",
@@ -300,7 +304,7 @@ class DiagnosticsConfig:
     )
     on_stall: str = setting(
         "exit",
-        "after the stall report: `exit` (code 202, retryable: the pod is replaced) or `wait`",
+        "after the stall report: `exit` (code 203, retryable: the pod is replaced) or `wait`",
         choices=("exit", "wait"),
     )
     straggler_factor: float = setting(

@@ -41,7 +41,8 @@ KILLED = 137
 PREEMPTED = 143
 RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
-STALLED = 202
+STORAGE_UNREACHABLE = 202
+STALLED = 203
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -121,6 +122,13 @@ TABLE: tuple[ExitCode, ...] = (
         "another process, pod or node failed, or the network or rendezvous store went away "
         "(a collective failed or timed out)",
         "retried; resumes from the newest checkpoint",
+    ),
+    ExitCode(
+        STORAGE_UNREACHABLE,
+        "checkpoint storage unreachable",
+        "training",
+        "the checkpoint storage (an S3 endpoint) did not answer at start",
+        "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it",
     ),
     ExitCode(
         STALLED,

@@ -1,7 +1,7 @@
 """Checkpoint saves that fail under a real run: a full disk and a read-only directory (private
 tmpfs mounts). checkpoint.on_save_error decides: `stop` ends the job cleanly with a non-zero
-code, `continue` trains on; either way the error names the path and the previous checkpoint
-stays intact."""
+code, `continue` trains on, but a failed final save fails the run; either way the error names
+the path and the previous checkpoint stays intact. A read-only directory is refused at start."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeddp.trainer import exit_codes
 from kubeddp.trainer.worker import checkpoint as ckpt
 from tests.helpers import checkpoints as ck
 from tests.helpers import mounts, procs, workloads
@@ -39,7 +40,9 @@ def test_full_disk_with_on_save_error_stop_ends_cleanly(tmp_path: Path) -> None:
         assert not [p for p in ckpt_dir.iterdir() if p.name.startswith(".tmp")]
 
 
-def test_read_only_directory_with_on_save_error_continue_trains_on(tmp_path: Path) -> None:
+def test_read_only_directory_is_refused_before_training(tmp_path: Path) -> None:
+    # Issue 21: with on_save_error=continue a read-only volume used to train for days with no
+    # checkpoint; it is an error at start now (one line, exit 2), whatever the policy.
     with mounts.tmpfs(tmp_path / "ro") as ro:
         (ro / "ckpts").mkdir()
         mounts.remount_readonly(ro)
@@ -53,14 +56,15 @@ def test_read_only_directory_with_on_save_error_continue_trains_on(tmp_path: Pat
             "--set", "metrics.enabled=false",
         )  # fmt: skip
         done = procs.run(argv, tmp_path / "ro.log", timeout=120)
-    assert done.code == 0, done.output[-4000:]
-    for step in (5, 10, 12):
-        line = f"cannot write checkpoint {ro / 'ckpts' / f'ckpt-{step:08d}'}: Read-only file system"
-        assert line in done.output, done.output[-4000:]
-    assert "done: 12 steps" in done.output
+    assert done.code == exit_codes.BAD_INPUT, done.output[-4000:]
+    line = f"kubeddp: error (rank 0): checkpoint.dir {ro / 'ckpts'} cannot be written (Read-only"
+    assert line in done.output, done.output[-4000:]
+    assert "step 1/" not in done.output and "Traceback" not in done.output
 
 
-def test_full_disk_during_torch_save_with_on_save_error_continue_trains_on(tmp_path: Path) -> None:
+def test_full_disk_with_on_save_error_continue_trains_on_but_a_lost_final_save_fails(
+    tmp_path: Path,
+) -> None:
     # A model whose state (~1.2 MB with Adam's moments) fits a 2 MB disk once: the second save
     # fails inside torch's zip writer, which raises RuntimeError, not OSError.
     with mounts.tmpfs(tmp_path / "disk", size="2m") as disk:
@@ -80,7 +84,11 @@ def test_full_disk_during_torch_save_with_on_save_error_continue_trains_on(tmp_p
         left = sorted(p.name for p in ckpt_dir.iterdir())
         steps = ck.steps(ckpt_dir)
         first_step = ck.newest_state(ckpt_dir)["step"]
-    assert done.code == 0, done.output[-4000:]
+    # Issue 24: the final save (step 30) failed too, so the run's result is not on disk: not a
+    # success, whatever on_save_error says.
+    assert done.code == exit_codes.TRAINING_FAILED, done.output[-4000:]
+    assert "the final checkpoint could not be saved" in done.output
+    assert "[kubeddp] finished" not in done.output
     assert "Traceback" not in done.output, "a full disk is a save error, not a crash"
     for step in (20, 30):
         assert f"cannot write checkpoint {ckpt_dir / f'ckpt-{step:08d}'}" in done.output

@@ -17,7 +17,7 @@ import pytest
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher import scratch
-from kubeddp.trainer.worker.checkpoint_lock import LOCK_FILE
+from kubeddp.trainer.worker.checkpoint.lock import LOCK_FILE
 from tests.helpers import checkpoints as ck
 from tests.helpers import procs, workloads
 

@@ -105,7 +105,8 @@ def harness(runs: int, out_dir: Path) -> dict:
     # Import once what every rank imports (DDP pulls in torch._dynamo lazily: seconds).
     import torch._dynamo  # noqa: F401
 
-    from kubeddp.trainer.worker import checkpoint_manager, distributed, loop  # noqa: F401
+    from kubeddp.trainer.worker import distributed, loop  # noqa: F401
+    from kubeddp.trainer.worker.checkpoint import manager  # noqa: F401
 
     module, _, name = os.environ.get(ENTRY_ENV, "kubeddp.trainer.worker.entry:main").partition(":")
     entry = getattr(importlib.import_module(module), name)

@@ -1,5 +1,6 @@
-"""trainer/worker/checkpoint.py on a real filesystem: atomic layout, keep-N, skipping unreadable
-checkpoints, weights_only loading, the background writer and its errors."""
+"""trainer/worker/checkpoint/ (local.py, state.py, writer.py) on a real filesystem: atomic
+layout, keep-N, skipping unreadable checkpoints, weights_only loading, the background writer
+and its errors."""
 
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def test_snapshot_waits_for_the_write_that_still_uses_its_memory(
         gate.wait(10)
         return real_write(directory, step, state, config_yaml, keep)
 
-    monkeypatch.setattr(ckpt, "write_checkpoint", slow_write)
+    monkeypatch.setattr(ckpt.writer, "write_checkpoint", slow_write)
     live = {"w": torch.zeros(3)}
     writer.save(1, writer.snapshot(live), blocking=False)
     live["w"].add_(5)
@@ -185,7 +186,7 @@ def test_async_writer_writes_in_the_background_one_at_a_time(
         order.append(step)
         return real_write(directory, step, state, config_yaml, keep)
 
-    monkeypatch.setattr(ckpt, "write_checkpoint", slow_write)  # a disk that waits for `gate`
+    monkeypatch.setattr(ckpt.writer, "write_checkpoint", slow_write)  # a disk that waits for `gate`
     writer.save(5, _state(5), blocking=False)
     assert writer.busy, "save(blocking=False) must return before the write ends"
     assert ckpt.list_checkpoints(tmp_path) == []

@@ -1,5 +1,6 @@
-"""trainer/worker/checkpoint_lock.py: one writer per checkpoint directory, released by the
-kernel when its holder dies; a directory that is a file is an error; an unwritable one warns."""
+"""trainer/worker/checkpoint/lock.py: one writer per checkpoint directory, released by the
+kernel when its holder dies; a directory that is a file, a read-only one or a link at the
+lock path is an error."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer.worker.checkpoint import CheckpointError
-from kubeddp.trainer.worker.checkpoint_lock import LOCK_FILE, DirectoryInUse, WriterLock
+from kubeddp.trainer.worker.checkpoint.lock import LOCK_FILE, DirectoryInUse, WriterLock
 from tests.helpers import mounts
 
 pytestmark = pytest.mark.timeout(60)
 HOLD = """
 import os, sys, time
-from kubeddp.trainer.worker.checkpoint_lock import WriterLock
+from kubeddp.trainer.worker.checkpoint.lock import WriterLock
 assert WriterLock(sys.argv[1]).acquire() is None
 if len(sys.argv) > 2 and os.fork() == 0:  # a forked helper, like a DataLoader worker
     time.sleep(60)
@@ -74,10 +75,27 @@ def test_a_directory_that_is_a_file_or_under_one(tmp_path: Path) -> None:
         WriterLock(blocker / "sub").acquire()
 
 
-def test_a_read_only_directory_warns_and_trains_on(tmp_path: Path) -> None:
+def test_a_read_only_directory_is_refused_at_start(tmp_path: Path) -> None:
+    # Issue 21: a directory that cannot be written is an error before training, not a warning.
     with mounts.tmpfs(tmp_path / "ro") as ro:
         (ro / "ckpts").mkdir()
         mounts.remount_readonly(ro)
         lock = WriterLock(ro / "ckpts")
-        warning = lock.acquire()
-    assert warning and "not writable" in warning and not lock.held
+        with pytest.raises(CheckpointError, match="is not writable \\(Read-only file system\\)"):
+            lock.acquire()
+    assert not lock.held
+
+
+def test_a_link_at_the_lock_path_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "users-file"
+    victim.write_text("precious")
+    ckpts = tmp_path / "ckpts"
+    ckpts.mkdir()
+    (ckpts / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(CheckpointError, match="is a link or not a regular file"):
+        WriterLock(ckpts).acquire()
+    assert victim.read_text() == "precious"
+    os.unlink(ckpts / LOCK_FILE)
+    os.mkfifo(ckpts / LOCK_FILE)  # a FIFO must not block the open, and is refused too
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        WriterLock(ckpts).acquire()

@@ -60,7 +60,7 @@ def test_status_shows_progress_stragglers_and_the_stall_line(api, capsys):
 def test_diagnose_prints_the_reports_and_the_termination_message(api, capsys):
     pods = copy.deepcopy(PODS_LIST)
     pods["items"][0]["status"]["containerStatuses"][0]["lastState"] = {
-        "terminated": {"exitCode": 202, "message": "[kubeddp] stall: rank 0 (pod m) has been in x"}
+        "terminated": {"exitCode": 203, "message": "[kubeddp] stall: rank 0 (pod m) has been in x"}
     }
     api.route("GET", PODS, 200, pods)
     api.route("GET", f"{PODS}/demo-master-0/log", 200, MASTER_LOG)

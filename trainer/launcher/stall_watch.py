@@ -7,7 +7,7 @@ rank started and finished, the lagging rank and this pod/node (POD_NAME/NODE_NAM
 downward API, else the host name). The report goes to the log (between marker lines, which
 `kubeddp diagnose` reads back), to `<checkpoint.dir>/diagnostics/` and, at exit, to the
 container's termination message. Then `diagnostics.on_stall`: `wait` (report once per stall),
-or `exit`: stop the workers and end launch with STALLED (202, retryable).
+or `exit`: stop the workers and end launch with STALLED (203, retryable).
 
 A rank is watched from its first finished step (start-up is bounded by the start-up timeout).
 A user program that never calls report_step counts its optimizer steps (worker/program.py).

@@ -100,14 +100,15 @@ class Diagnostics:
 def remove_checkpoints_from(checkpoints: Any, step: int) -> list[int]:
     """Set aside (renamed, not deleted) the checkpoints saved at or after `step`: they may
     hold non-finite weights, and a resume must not pick them."""
-    from kubeddp.trainer.worker import checkpoint as ckpt
-
+    storage = checkpoints.storage
+    if storage is None:
+        return []
     if checkpoints.writer is not None:
         with contextlib.suppress(Exception):
             checkpoints.writer.wait()  # a save still in flight lands first
     moved = []
-    for ref in ckpt.list_checkpoints(checkpoints.cfg.checkpoint.dir):
-        if ref.step >= step and ckpt.set_aside(ref) is not None:
+    for ref in storage.list():
+        if ref.step >= step and storage.set_aside(ref, ".bad") is not None:
             moved.append(ref.step)
     return sorted(moved)
 

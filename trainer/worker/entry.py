@@ -46,7 +46,7 @@ def run(cfg: Config) -> int:
     die_with_launcher()
     rank = int(os.environ.get("RANK", "0"))
     # Imported after the config is known good: torch takes a second or two to import.
-    from kubeddp.trainer.worker.checkpoint import CheckpointError
+    from kubeddp.trainer.worker.checkpoint import CheckpointError, StorageUnreachable
     from kubeddp.trainer.worker.diagnostics import Diverged
     from kubeddp.trainer.worker.distributed import (
         DistributedSetupError,
@@ -78,6 +78,9 @@ def run(cfg: Config) -> int:
         code = trainer.fit()
     except (Preempted, Diverged) as exc:
         code = int(exc.code)
+    except StorageUnreachable as exc:  # before training: another try may reach it
+        print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        code = exit_codes.STORAGE_UNREACHABLE
     except (CheckpointError, ValueError) as exc:
         print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
         code = exit_codes.BAD_INPUT

@@ -21,7 +21,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
-from kubeddp.trainer.worker.checkpoint_manager import CheckpointManager
+from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
+from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
 from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
 from kubeddp.trainer.worker.data import (
     batch_samples,
@@ -44,7 +45,6 @@ from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file
 from kubeddp.trainer.worker.precision import amp_dtype, autocast, set_fp32_matmul_precision
 from kubeddp.trainer.worker.preemption import (
-    STOP_NONE,
     STOP_PREEMPT,
     STOP_SAVE_FAILED,
     Preempted,
@@ -117,16 +117,23 @@ class Trainer:
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
         step_times = step_times_file(cfg, ctx.rank, ctx.world_size, tokens, ctx.device)
         self.observers = [o for o in (sample_ids, step_times) if o is not None]
+        parts = {  # what a checkpoint holds: a new piece of state is one line here
+            "model": self.raw_model,
+            "optimizer": OptimizerPart(self.optimizer),
+            "scheduler": self.scheduler,
+            "scaler": self.scaler,
+            "trainer": self.state,  # step, epoch, position in the epoch
+            "sampler": self.sampler,  # the size of the epoch order the position counts in
+            "rng": RngPart(),
+            "sample_record": SampleRecordPart(sample_ids) if sample_ids else None,
+        }
         self.checkpoints = CheckpointManager(
-            cfg,
+            cfg.checkpoint,
             ctx,
-            self.raw_model,
-            self.optimizer,
-            self.scheduler,
-            self.scaler,
+            RunInfo.of(cfg),
+            {name: part for name, part in parts.items() if part is not None},
             metrics=self.metrics,
             log=self.progress.log,
-            sample_ids=sample_ids,
             before_save=self._settle_first_loss,
         )
         self.evaluator = Evaluator(
@@ -161,8 +168,7 @@ class Trainer:
                     return code
             self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
-            self.checkpoints.save(self.state, blocking=True)
-            self.checkpoints.check_writer()
+            self.checkpoints.save(self.state, blocking=True, final=True)
         t = self.cfg.train
         last = self.losses.last
         self._settle_first_loss()
@@ -176,7 +182,7 @@ class Trainer:
         )
         for observer in self.observers:
             observer.on_fit_end()
-        return 0 if self.checkpoints.stop_reason == STOP_NONE else 1
+        return self.checkpoints.exit_code()
 
     def _describe_run(self) -> str:
         t, ctx = self.cfg.train, self.ctx

@@ -33,6 +33,20 @@ class ResumableDistributedSampler(Sampler[int]):
         self.epoch = epoch
         self.consumed = consumed
 
+    def state_dict(self) -> dict[str, int | bool]:
+        """What the epoch order depends on besides seed and epoch (the checkpoint's part
+        `sampler`; the position itself is the trainer's `consumed`)."""
+        return {"dataset_len": self.dataset_len, "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: dict[str, int | bool]) -> None:
+        # Another dataset size is another order: the saved position would skip or repeat
+        # samples, so resuming is refused instead.
+        if state["dataset_len"] != self.dataset_len or state["shuffle"] != self.shuffle:
+            raise ValueError(
+                f"it was written for {state['dataset_len']} training samples, this run has "
+                f"{self.dataset_len}: its position in the epoch would skip or repeat samples"
+            )
+
     def epoch_order(self) -> list[int]:
         if self.shuffle:
             g = torch.Generator()

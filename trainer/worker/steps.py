@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from kubeddp.trainer.config import TrainConfig
 
@@ -20,6 +21,18 @@ class TrainState:
     epoch: int = 0
     consumed: int = 0  # global samples of `epoch` already trained
     first_loss: float | None = None  # the loss of the run's first step (the "start" in the log)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "first_loss": self.first_loss,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.consumed, self.first_loss = state["consumed"], state.get("first_loss")
 
 
 def micro_batches(per_rank: int, cfg: TrainConfig) -> int:

@@ -7,7 +7,8 @@ when its holder dies, even by SIGKILL, so a crashed run never blocks the next on
 `flock`, the processes rank 0 forks (DataLoader workers, compile workers) do not inherit it, so
 none of them keeps it past rank 0's death; and it works on NFS. A POSIX lock belongs to the
 process, so one process is also kept from locking a directory twice by a table of its own. The
-file names its holder (pid, host) for the error message.
+file names its holder (pid, host) for the error message. It is opened with O_NOFOLLOW: a link
+planted at its path is refused, never followed (its target would be truncated).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 
-from kubeddp.trainer.worker.checkpoint import CheckpointError
+from kubeddp.trainer.worker.checkpoint.storage import CheckpointError
 
 LOCK_FILE = ".kubeddp-writer.lock"
-# A directory the lock cannot be made in cannot hold checkpoints either: saving will fail and
-# checkpoint.on_save_error decides. Warn, train on.
-_CANNOT_LOCK = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
+# A directory the lock cannot be made in cannot hold checkpoints either: refused at start, so
+# a job never trains for days without a checkpoint (checkpoint.on_save_error is for later).
+_CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
 
 
 class DirectoryInUse(CheckpointError):
@@ -65,8 +67,9 @@ class WriterLock:
         return self._fd is not None
 
     def acquire(self) -> str | None:
-        """Take the lock, or raise DirectoryInUse naming the holder. Returns a warning (and
-        holds nothing) when the directory cannot be written at all."""
+        """Take the lock, or raise DirectoryInUse naming the holder; CheckpointError when the
+        directory cannot be written or the lock path is a link. Returns a warning (and holds
+        nothing) on a filesystem without locks."""
         if os.path.realpath(self.path) in _held_here:
             raise DirectoryInUse(
                 f"checkpoint.dir {self.directory} is in use by another run (pid {os.getpid()} on "
@@ -74,17 +77,27 @@ class WriterLock:
             )
         try:
             root = check_directory(self.directory)
-            fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(root / LOCK_FILE, flags, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there
+                os.close(fd)
+                raise OSError(errno.ELOOP, "not a regular file")
         except OSError as exc:
-            if exc.errno not in _CANNOT_LOCK:
+            if exc.errno == errno.ELOOP:
                 raise CheckpointError(
-                    f"checkpoint.dir {self.directory}: cannot create {LOCK_FILE} "
-                    f"({exc.strerror or exc}); check the path"
+                    f"checkpoint.dir {self.directory}: {LOCK_FILE} is a link or not a regular "
+                    "file; kubeddp never writes through it: remove it, or use another "
+                    "checkpoint.dir"
                 ) from None
-            return (
-                f"[kubeddp] warning: checkpoint.dir {self.directory} is not writable "
-                f"({exc.strerror}); checkpoints cannot be saved there"
-            )
+            if exc.errno in _CANNOT_WRITE:
+                raise CheckpointError(
+                    f"checkpoint.dir {self.directory} is not writable ({exc.strerror}); mount a "
+                    "writable volume there or set checkpoint.dir to a writable directory"
+                ) from None
+            raise CheckpointError(
+                f"checkpoint.dir {self.directory}: cannot create {LOCK_FILE} "
+                f"({exc.strerror or exc}); check the path"
+            ) from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it

@@ -1,0 +1,142 @@
+"""trainer/worker/checkpoint/s3.py against a real S3-compatible server on 127.0.0.1: the same
+layout and guarantees as on a disk (marker last, keep-N, `.bad` set-aside, incomplete
+checkpoints ignored and swept), and one-line errors for bad URLs, credentials and endpoints."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from kubeddp.trainer.worker import checkpoint as ckpt
+from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
+from tests.helpers import s3server
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3server.S3Server]:
+    with s3server.started(tmp_path_factory.mktemp("s3")) as running:
+        yield running
+
+
+@pytest.fixture
+def s3env(server: s3server.S3Server, monkeypatch: pytest.MonkeyPatch) -> s3server.S3Server:
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    return server
+
+
+def _state(step: int) -> dict:
+    return {
+        "model": {"w": torch.full((3,), float(step))},
+        "optimizer": {"state": {}, "param_groups": []},
+        "scheduler": {},
+        "scaler": {},
+        "step": step,
+        "epoch": 0,
+        "consumed": 0,
+    }
+
+
+def _write(url: str, step: int, keep: int = 3) -> str:
+    return str(ckpt.write_checkpoint(url, step, _state(step), "config: {}\n", keep))
+
+
+def test_layout_marker_keep_n_and_reading_back(s3env: s3server.S3Server) -> None:
+    url = f"s3://{s3server.BUCKET}/layout/run"
+    for step in (5, 10, 15, 20):
+        _write(url, step, keep=2)
+    assert [r.step for r in ckpt.list_checkpoints(url)] == [20, 15]
+    assert s3env.keys("layout/run/ckpt-00000020/") == [
+        f"layout/run/ckpt-00000020/{name}" for name in ("COMPLETE", "config.yaml", "state.pt")
+    ]
+    assert not s3env.keys("layout/run/ckpt-00000005/"), "pruned"
+    found = ckpt.load_newest_valid(url, log=lambda _m: None)
+    assert found is not None and found[1]["step"] == 20
+    assert torch.equal(found[1]["model"]["w"], torch.full((3,), 20.0))
+    one = ckpt.list_checkpoints(f"{url}/ckpt-00000015")  # a URL naming one checkpoint
+    assert [r.step for r in one] == [15] and ckpt.load_state(one[0])["step"] == 15
+
+
+def test_without_its_marker_a_checkpoint_is_ignored_then_swept(s3env: s3server.S3Server) -> None:
+    url = f"s3://{s3server.BUCKET}/partial"
+    _write(url, 5)
+    client = s3env.client()
+    # As if killed before the marker: state.pt uploaded, COMPLETE not.
+    client.put_object(Bucket=s3server.BUCKET, Key="partial/ckpt-00000010/state.pt", Body=b"x")
+    assert [r.step for r in ckpt.list_checkpoints(url)] == [5]
+    _write(url, 15)
+    assert not s3env.keys("partial/ckpt-00000010/"), "the next save sweeps it"
+
+
+def test_corrupt_newest_is_set_aside_and_the_previous_loaded(s3env: s3server.S3Server) -> None:
+    url = f"s3://{s3server.BUCKET}/corrupt"
+    _write(url, 5)
+    newest = _write(url, 10)
+    key = "corrupt/ckpt-00000010/state.pt"
+    client = s3env.client()
+    data = client.get_object(Bucket=s3server.BUCKET, Key=key)["Body"].read()
+    client.put_object(Bucket=s3server.BUCKET, Key=key, Body=data[: len(data) // 2])
+    messages: list[str] = []
+    found = ckpt.load_newest_valid(url, log=messages.append, on_bad=ckpt.set_aside)
+    assert found is not None and found[0].step == 5
+    assert f"checkpoint {newest} is unreadable" in messages[0]
+    assert s3env.keys("corrupt/ckpt-00000010.bad/") == [
+        f"corrupt/ckpt-00000010.bad/{name}" for name in ("COMPLETE", "config.yaml", "state.pt")
+    ]
+    assert not s3env.keys("corrupt/ckpt-00000010/")
+    _write(url, 10, keep=1)  # pruning leaves the set-aside one alone
+    assert s3env.keys("corrupt/ckpt-00000010.bad/")
+
+
+def test_prepare_proves_the_bucket_writable(s3env: s3server.S3Server) -> None:
+    storage = S3Storage.from_url(f"s3://{s3server.BUCKET}/prepared")
+    assert storage.prepare() is None
+    assert s3env.keys("prepared/") == ["prepared/.kubeddp-checkpoints"], "the probe is removed"
+    missing = S3Storage.from_url("s3://no-such-bucket-kubeddp/x")
+    with pytest.raises(ckpt.CheckpointError, match="404.*create the bucket"):
+        missing.prepare()
+
+
+@pytest.mark.parametrize(
+    "url", ["s3://", "s3://Upper_Case/x", "s3://ab", "s3://bucket//x", "s3:/bucket/x"]
+)
+def test_bad_urls_are_one_line(url: str, s3env: s3server.S3Server) -> None:
+    with pytest.raises(ckpt.CheckpointError, match="is not a valid S3 URL") as err:
+        ckpt.storage_for(url)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_credentials(s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(ckpt.CheckpointError, match="no S3 credentials; set AWS_ACCESS_KEY_ID"):
+        ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
+
+
+def test_unreachable_endpoint_is_retryable(
+    s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s3server.free_port()}")
+    storage = ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
+    with pytest.raises(ckpt.StorageUnreachable, match="cannot be reached"):
+        storage.prepare()
+
+
+def test_without_boto3_the_error_says_what_to_install(
+    s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed: import fails
+    with pytest.raises(ckpt.CheckpointError, match=r"pip install 'kubeddp\[s3\]'"):
+        ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
+
+
+def test_local_paths_still_mean_a_directory(tmp_path: Path) -> None:
+    assert ckpt.storage_for(tmp_path).location == str(tmp_path)
+    with pytest.raises(ckpt.CheckpointError, match="checkpoint.dir is empty"):
+        ckpt.storage_for("")

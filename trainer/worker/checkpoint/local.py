@@ -1,0 +1,179 @@
+"""Checkpoints in a local directory (a PVC, a host path): the default backend.
+
+Layout: <dir>/ckpt-<step:08d>/{state.pt, config.yaml, COMPLETE}. A checkpoint is written into
+a temporary sibling directory, fsynced, marked COMPLETE, then renamed; readers only trust
+directories with the marker, so a kill at any moment leaves either the old or the new one.
+Only global rank 0 writes (one writer per directory, held by lock.py's WriterLock).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import IO
+
+from kubeddp.trainer.worker.checkpoint.lock import WriterLock, check_directory
+from kubeddp.trainer.worker.checkpoint.storage import (
+    CKPT_RE,
+    MARKER,
+    CheckpointError,
+    CheckpointRef,
+    WriteBody,
+    reason,
+)
+
+PROBE = ".kubeddp-probe"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, write: WriteBody) -> None:
+    # O_EXCL|O_NOFOLLOW: a fresh file in our own temporary directory, never a link's target.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _free_space(root: Path) -> str:
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    return f"{free / 2**20:.1f} MiB free there; "
+
+
+class LocalStorage:
+    """A directory of checkpoints (see the module docstring)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory)
+        self.location = str(self.root)
+        self.lock = WriterLock(self.root)
+
+    # ---- the writer's claim ----------------------------------------------------------------
+    def prepare(self) -> str | None:
+        """Create the directory, prove it writable, take the writer lock. A warning (and no
+        lock) on a filesystem without locks."""
+        root = check_directory(self.root)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            fd = os.open(root / PROBE, flags, 0o644)
+            os.close(fd)
+            os.unlink(root / PROBE)
+        except OSError as exc:
+            raise CheckpointError(
+                f"checkpoint.dir {self.root} cannot be written ({exc.strerror or exc}); mount a "
+                "writable volume there or set checkpoint.dir to a writable directory"
+            ) from None
+        return self.lock.acquire()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def top_names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except (FileNotFoundError, NotADirectoryError):  # prepare() says what is wrong
+            return []
+
+    # ---- reading ---------------------------------------------------------------------------
+    def list(self) -> list[CheckpointRef]:
+        """Complete checkpoints, newest first; a path naming one checkpoint
+        (.../ckpt-00000040) lists just that one."""
+        root = self.root
+        if not root.is_dir():
+            return []
+        own = CKPT_RE.match(root.name)
+        if own and (root / MARKER).is_file():
+            return [CheckpointRef(root, int(own.group(1)), LocalStorage(root.parent))]
+        refs = []
+        for child in root.iterdir():
+            m = CKPT_RE.match(child.name)
+            if m and (child / MARKER).is_file():
+                refs.append(CheckpointRef(child, int(m.group(1)), self))
+        return sorted(refs, key=lambda r: r.step, reverse=True)
+
+    def open_file(self, ref: CheckpointRef, name: str) -> IO[bytes]:
+        path = Path(ref.path) / name
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointError(f"{path} is not a regular file")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return os.fdopen(fd, "rb")
+
+    # ---- writing ---------------------------------------------------------------------------
+    def write(self, step: int, files: dict[str, WriteBody]) -> CheckpointRef:
+        root = self.root
+        final = root / f"ckpt-{step:08d}"
+        tmp = root / f".tmp-ckpt-{step:08d}-{os.getpid()}"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            for name, body in files.items():
+                _write_file(tmp / name, body)
+            _write_file(tmp / MARKER, lambda f: f.write(f"step={step}\n".encode()))
+            _fsync_dir(tmp)
+            if final.exists():  # same step saved twice (e.g. end of epoch == max_steps)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(root)
+        except Exception as exc:
+            # Any failure, not only OSError: torch's zip writer reports a full disk as a
+            # RuntimeError. The half-written temporary goes at once (it may be as large as a
+            # checkpoint, on a disk that is full).
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(
+                f"cannot write checkpoint {final}: {reason(exc)} ({_free_space(root)}check free "
+                "space and write permission of checkpoint.dir)"
+            ) from exc
+        return CheckpointRef(final, step, self)
+
+    def delete(self, ref: CheckpointRef) -> None:
+        shutil.rmtree(ref.path, ignore_errors=True)
+
+    def remove_partial(self) -> None:
+        # There is one writer (global rank 0), so any other temporary is dead and may be as
+        # large as a checkpoint.
+        for stale in self.root.glob(".tmp-ckpt-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def set_aside(self, ref: CheckpointRef, suffix: str = ".bad") -> Path | None:
+        path = Path(ref.path)
+        for attempt in range(100):
+            target = path.with_name(f"{path.name}{suffix}" + (f"-{attempt}" if attempt else ""))
+            if target.exists():
+                continue
+            try:
+                os.rename(path, target)
+            except OSError:
+                return None
+            return target
+        return None
+
+    def write_note(self, name: str, text: str) -> None:
+        """Written beside and renamed over: a link at `name` is replaced, never followed."""
+        tmp = self.root / f".kubeddp-note-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        try:
+            _write_file(tmp, lambda f: f.write(text.encode()))
+            os.rename(tmp, self.root / name)
+        finally:
+            if tmp.exists():
+                tmp.unlink()

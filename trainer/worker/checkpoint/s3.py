@@ -1,0 +1,296 @@
+"""Checkpoints in S3-compatible object storage: `checkpoint.dir: s3://bucket/prefix`.
+
+Needs the `s3` extra (boto3). Credentials come from the standard AWS sources (in a pod: the
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY of a Secret given with envFrom, or the role of the
+service account); AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL points at MinIO, Ceph, R2 and the like.
+
+Layout and atomicity as on a disk: <prefix>/ckpt-<step:08d>/{state.pt, config.yaml} are
+uploaded first and the COMPLETE object last; a checkpoint without it is incomplete and ignored
+(and removed by the next save). Deleting removes COMPLETE first. Object stores have no rename:
+setting aside copies the objects to <name>.bad/ and deletes the originals (COMPLETE first).
+There is no writer lock on a bucket: give each run its own prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from typing import IO, Any
+
+from kubeddp.trainer.worker.checkpoint.storage import (
+    CKPT_RE,
+    MARKER,
+    CheckpointError,
+    CheckpointRef,
+    StorageUnreachable,
+    WriteBody,
+    reason,
+)
+
+# Bucket names as S3 allows them (3-63 characters, lower case, digits, dots, hyphens).
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+PROBE = ".kubeddp-probe"
+OWNER_NOTE = ".kubeddp-checkpoints"
+SPOOL_BYTES = 64 * 2**20
+ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket[/prefix]`; CheckpointError naming what is wrong."""
+    rest = url[len("s3://") :] if url.startswith("s3://") else None
+    bucket, _, prefix = (rest or "").partition("/")
+    prefix = prefix.rstrip("/")
+    if rest is None or not BUCKET_RE.match(bucket) or "//" in prefix or prefix.startswith("/"):
+        raise CheckpointError(
+            f"checkpoint.dir {url!r} is not a valid S3 URL; write s3://BUCKET/PREFIX (bucket: "
+            "3-63 lower-case letters, digits, dots or hyphens)"
+        )
+    return bucket, prefix
+
+
+def _buffer() -> IO[bytes]:
+    """A file for one object on its way: in memory up to 64 MiB, then on local disk, so a
+    large checkpoint does not take its size twice in host memory."""
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b")
+
+
+def _endpoint() -> str | None:
+    for name in ENDPOINT_ENVS:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+class S3Storage:
+    """A prefix of an S3 bucket (see the module docstring)."""
+
+    def __init__(self, bucket: str, prefix: str, client: Any) -> None:
+        self.bucket, self.prefix, self.client = bucket, prefix, client
+        self.location = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self._errors = _Errors()
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Storage:
+        bucket, prefix = parse_url(url)
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise CheckpointError(
+                f"checkpoint.dir {url} needs boto3, which is not installed: "
+                "pip install 'kubeddp[s3]'"
+            ) from None
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            raise CheckpointError(
+                f"checkpoint.dir {url}: no S3 credentials; set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (in a pod: from a Secret, with envFrom)"
+            )
+        config = Config(
+            connect_timeout=10,
+            read_timeout=120,
+            retries={"max_attempts": 3, "mode": "standard"},
+            s3={"addressing_style": "path"} if _endpoint() else None,
+        )
+        client = session.client(
+            "s3",
+            endpoint_url=_endpoint(),
+            region_name=session.region_name or "us-east-1",
+            config=config,
+        )
+        return cls(bucket, prefix, client)
+
+    # ---- names -------------------------------------------------------------------------------
+    def _key(self, *names: str) -> str:
+        return "/".join([self.prefix, *names] if self.prefix else names)
+
+    def _url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _key_of(self, ref: CheckpointRef) -> str:
+        return str(ref.path)[len(f"s3://{self.bucket}/") :]
+
+    def _all_keys(self, under: str) -> list[str]:
+        keys = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=under
+        ):
+            keys += [item["Key"] for item in page.get("Contents", [])]
+        return keys
+
+    def _groups(self) -> dict[str, set[str]]:
+        """Top-level name -> the names of the objects under it ('' for a top-level object)."""
+        base = self._key("")
+        groups: dict[str, set[str]] = {}
+        for key in self._all_keys(base):
+            top, _, rest = key[len(base) :].partition("/")
+            groups.setdefault(top, set()).add(rest)
+        return groups
+
+    # ---- the writer's claim ------------------------------------------------------------------
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        """One request; an endpoint that does not answer is StorageUnreachable (retryable),
+        every other failure a one-line CheckpointError."""
+        try:
+            return fn(**kwargs)
+        except self._errors.unreachable as exc:
+            raise StorageUnreachable(
+                f"checkpoint.dir {self.location}: the S3 endpoint "
+                f"{self.client.meta.endpoint_url} cannot be reached ({reason(exc)}); check "
+                "AWS_ENDPOINT_URL and the network to it"
+            ) from None
+        except self._errors.client as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            raise CheckpointError(
+                f"checkpoint.dir {self.location}: {what} failed ({code or reason(exc)}: "
+                f"{exc.response.get('Error', {}).get('Message', '')}); " + _advice(code)
+            ) from None
+        except self._errors.boto as exc:
+            raise CheckpointError(
+                f"checkpoint.dir {self.location}: {what} failed ({reason(exc)})"
+            ) from None
+
+    def prepare(self) -> str | None:
+        self._call("the bucket check", self.client.head_bucket, Bucket=self.bucket)
+        key = self._key(PROBE)
+        self._call("a test write", self.client.put_object, Bucket=self.bucket, Key=key, Body=b"")
+        self._call("a test delete", self.client.delete_object, Bucket=self.bucket, Key=key)
+        # Says "this prefix is kubeddp's" (what the lock file says on a disk; safety.py).
+        self.write_note(OWNER_NOTE, "checkpoints written by kubeddp\n")
+        return None
+
+    def release(self) -> None:
+        return None
+
+    def top_names(self) -> list[str]:
+        return sorted(self._call("listing", self._groups))
+
+    # ---- reading -----------------------------------------------------------------------------
+    def list(self) -> list[CheckpointRef]:
+        """Complete checkpoints, newest first; a prefix naming one checkpoint lists just it."""
+        own = CKPT_RE.match(self.prefix.rpartition("/")[2])
+        if own:
+            keys = self._call("listing", self._all_keys, under=self._key(""))
+            if self._key(MARKER) in keys:
+                return [CheckpointRef(self._url(self.prefix), int(own.group(1)), self)]
+            return []
+        refs = []
+        for name, objects in self._call("listing", self._groups).items():
+            m = CKPT_RE.match(name)
+            if m and MARKER in objects:
+                refs.append(CheckpointRef(self._url(self._key(name)), int(m.group(1)), self))
+        return sorted(refs, key=lambda r: r.step, reverse=True)
+
+    def open_file(self, ref: CheckpointRef, name: str) -> IO[bytes]:
+        key = f"{self._key_of(ref)}/{name}"
+        data = _buffer()  # torch.load needs a seekable file
+        self._call(
+            f"reading {name}",
+            self.client.download_fileobj,
+            Bucket=self.bucket,
+            Key=key,
+            Fileobj=data,
+        )
+        data.seek(0)
+        return data
+
+    # ---- writing -----------------------------------------------------------------------------
+    def write(self, step: int, files: dict[str, WriteBody]) -> CheckpointRef:
+        name = f"ckpt-{step:08d}"
+        ref = CheckpointRef(self._url(self._key(name)), step, self)
+        try:
+            # The same step saved again: its marker goes first, so a kill mid-way leaves an
+            # incomplete checkpoint (ignored), never one that mixes two saves.
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(name, MARKER))
+            for file, body in files.items():
+                with _buffer() as data:
+                    body(data)
+                    data.seek(0)
+                    self.client.upload_fileobj(data, self.bucket, self._key(name, file))
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._key(name, MARKER), Body=f"step={step}\n".encode()
+            )
+        except Exception as exc:
+            self._remove_quietly(name)
+            raise CheckpointError(
+                f"cannot write checkpoint {ref.path}: {reason(exc)} (check the endpoint, the "
+                "bucket's permissions and quota)"
+            ) from exc
+        return ref
+
+    def _remove_quietly(self, name: str) -> None:
+        with contextlib.suppress(Exception):  # best effort; the next save's sweep retries
+            self._delete_keys(sorted(self._all_keys(self._key(name, ""))))
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        marker = [k for k in keys if k.endswith("/" + MARKER)]
+        rest = [k for k in keys if k not in marker]
+        for batch in (marker, *[rest[i : i + 1000] for i in range(0, len(rest), 1000)]):
+            if batch:
+                self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+
+    def delete(self, ref: CheckpointRef) -> None:
+        key = self._key_of(ref)
+        self._call("a delete", self._delete_keys, keys=self._all_keys(key + "/"))
+
+    def remove_partial(self) -> None:
+        for name, objects in self._call("listing", self._groups).items():
+            if CKPT_RE.match(name) and MARKER not in objects:
+                self._remove_quietly(name)
+
+    def set_aside(self, ref: CheckpointRef, suffix: str = ".bad") -> str | None:
+        key = self._key_of(ref)
+        base, _, name = key.rpartition("/")
+        try:
+            taken = set(self._groups())
+            for attempt in range(100):
+                target = f"{name}{suffix}" + (f"-{attempt}" if attempt else "")
+                if target not in taken:
+                    break
+            else:
+                return None
+            target_key = f"{base}/{target}" if base else target
+            keys = self._all_keys(key + "/")
+            for source in keys:
+                copy = {"Bucket": self.bucket, "Key": source}
+                self.client.copy(copy, self.bucket, target_key + source[len(key) :])
+            self._delete_keys(keys)
+        except Exception:  # noqa: BLE001 - not moved: the caller reports it
+            return None
+        return self._url(target_key)
+
+    def write_note(self, name: str, text: str) -> None:
+        self._call(
+            f"writing {name}",
+            self.client.put_object,
+            Bucket=self.bucket,
+            Key=self._key(name),
+            Body=text.encode(),
+        )
+
+
+def _advice(code: str) -> str:
+    if code in ("404", "NoSuchBucket"):
+        return "create the bucket, or fix the bucket name in checkpoint.dir"
+    if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's policy"
+    return "check the bucket and its permissions"
+
+
+class _Errors:
+    def __init__(self) -> None:
+        from botocore import exceptions as e
+
+        self.unreachable = (
+            e.EndpointConnectionError,
+            e.ConnectTimeoutError,
+            e.ReadTimeoutError,
+            e.ConnectionClosedError,
+        )
+        self.client = e.ClientError
+        self.boto = e.BotoCoreError
