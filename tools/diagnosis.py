@@ -168,7 +168,7 @@ def diagnose(cluster: Any, kind_name: str, name: str, out: TextIO) -> int:
         print(
             f"no stall report in the logs of {kind.resource.kind} {name}'s pods (a restarted "
             "container's earlier log is gone; the reports stay in diagnostics.report_dir, "
-            "by default diagnostics/ in the checkpoint volume)",
+            "by default .kubeddp-diagnostics/ in the checkpoint volume)",
             file=out,
         )
         return 1

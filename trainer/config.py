@@ -322,7 +322,8 @@ class DiagnosticsConfig:
     )
     report_dir: str = setting(
         "",
-        "where stall reports are written; empty = `diagnostics/` in `checkpoint.dir`",
+        "where stall reports are written; empty = `.kubeddp-diagnostics/` in a local "
+        "`checkpoint.dir` (with `s3://` checkpoints: the log only)",
     )
     on_nonfinite: str = setting(
         "stop",

@@ -231,3 +231,14 @@ def test_in_a_pod_the_watch_logs_the_ranks_progress(
         hb.close()
         watch.finish(0)
     assert lines == ["[kubeddp] progress: rank 4 step 3 data 2 s"]
+
+
+def test_reports_beside_the_checkpoints_never_make_the_directory_foreign(tmp_path: Path) -> None:
+    from kubeddp.trainer.launcher.stall_watch import report_dir
+    from kubeddp.trainer.worker.checkpoint.storage import is_own_name
+
+    local = report_dir(load_config(None, [f"checkpoint.dir={tmp_path}"]))
+    assert local is not None and local.parent == tmp_path and is_own_name(local.name)
+    assert report_dir(load_config(None, ["checkpoint.dir=s3://bucket/run"])) is None
+    chosen = report_dir(load_config(None, [f"diagnostics.report_dir={tmp_path / 'r'}"]))
+    assert chosen == tmp_path / "r"

@@ -78,15 +78,16 @@ def test_diagnostics_add_no_reads(
 ) -> None:
     """The heartbeat, the collective counts and the divergence guard, all on (as under
     kubeddp launch): still no read outside the allowed steps."""
+    import tempfile
+
     from kubeddp.trainer.worker import heartbeat
 
-    diag = tmp_path / "diag"
-    diag.mkdir()
-    monkeypatch.setenv(heartbeat.ENV_DIAG_DIR, str(diag))
-    monkeypatch.setattr(heartbeat, "_THIS", None)
-    with one_rank_group(device_type) as ctx:
-        _check_a_run(tmp_path, monkeypatch, ctx)
-    assert heartbeat.read_record(heartbeat.record_path(diag, 0)).step == 18
+    with tempfile.TemporaryDirectory(prefix="kubeddp-diag-test-") as diag:
+        monkeypatch.setenv(heartbeat.ENV_DIAG_DIR, diag)
+        monkeypatch.setattr(heartbeat, "_THIS", None)
+        with one_rank_group(device_type) as ctx:
+            _check_a_run(tmp_path, monkeypatch, ctx)
+        assert heartbeat.read_record(heartbeat.record_path(diag, 0)).step == 18
 
 
 def _check_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: DistContext) -> None:

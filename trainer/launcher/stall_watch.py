@@ -5,7 +5,7 @@ Capture: faulthandler's stacks of every thread of every local worker (STACKS_SIG
 handler runs at C level, so a worker stuck in a gloo/NCCL wait answers), the collectives each
 rank started and finished, the lagging rank and this pod/node (POD_NAME/NODE_NAME from the
 downward API, else the host name). The report goes to the log (between marker lines, which
-`kubeddp diagnose` reads back), to `<checkpoint.dir>/diagnostics/` and, at exit, to the
+`kubeddp diagnose` reads back), to `diagnostics.report_dir` and, at exit, to the
 container's termination message. Then `diagnostics.on_stall`: `wait` (report once per stall),
 or `exit`: stop the workers and end launch with STALLED (203, retryable).
 
@@ -51,6 +51,17 @@ PROGRESS_LINE = "[kubeddp] progress: "
 PROGRESS_EVERY_SECONDS = 60.0
 
 
+def report_dir(cfg: Config) -> Path | None:
+    """diagnostics.report_dir, else `.kubeddp-diagnostics` in a local checkpoint.dir (a name
+    the checkpoint directory's safety check knows as kubeddp's); None for object storage
+    without a report_dir (the report is then in the log only)."""
+    if cfg.diagnostics.report_dir:
+        return Path(cfg.diagnostics.report_dir)
+    if "://" in cfg.checkpoint.dir:
+        return None
+    return Path(cfg.checkpoint.dir) / ".kubeddp-diagnostics"
+
+
 def read_records(directory: str) -> list[RankRecord]:
     found = (read_record(p) for p in sorted(Path(directory).glob("rank-*.hb")))
     return [r for r in found if r is not None]
@@ -61,7 +72,7 @@ class StallWatch:
         d = cfg.diagnostics
         self.stall_seconds = d.stall_seconds
         self.action = d.on_stall
-        self.report_dir = Path(d.report_dir or Path(cfg.checkpoint.dir) / "diagnostics")
+        self.report_dir = report_dir(cfg)
         self.log = log
         self.directory = str(scratch.owned_dir(constants.DIAG_DIR_PREFIX))
         self.acted = False  # on_stall=exit ended the workers
@@ -81,7 +92,7 @@ class StallWatch:
         env = {ENV_DIAG_DIR: self.directory}
         if flight_recorder.ENV_BUFFER not in os.environ:
             env[flight_recorder.ENV_BUFFER] = "2000"
-        if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ:
+        if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ and self.report_dir is not None:
             env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
             env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")
         return env
@@ -158,6 +169,8 @@ class StallWatch:
         self.log(f"{STALL_LINE}{report.line}{where}")
 
     def _save(self, report: StallReport) -> str | None:
+        if self.report_dir is None:
+            return None
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         pod = (os.environ.get(constants.ENV_POD_NAME) or socket.gethostname()).replace("/", "_")
         path = self.report_dir / f"stall-{pod}-{stamp}.txt"
