@@ -18,7 +18,7 @@ from kubeddp.trainer import exit_codes
 from kubeddp.trainer.worker import checkpoint as ckpt
 from tests.helpers import faults, procs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 SCRIPT = procs.REPO / "tests" / "helpers" / "fault_script.py"
 NAN_STEP = 7
@@ -35,7 +35,7 @@ def _train(tmp: Path, fault: str, rank: int, step: int, *sets: str, **args: obje
         *sets,
     ):
         argv += ["--set", item]
-    return procs.run(argv, tmp / "run.log", 180)
+    return procs.run(argv, tmp / "run.log", 300)
 
 
 @pytest.mark.parametrize(("rank", "named"), [(1, True), (-1, False)])
@@ -100,7 +100,7 @@ def test_a_user_script_nan_is_named_through_report_step(
     argv += ["--set", "metrics.port=0", "--set", f"diagnostics.on_nonfinite={action}"]
     argv += ["--script", str(SCRIPT), "--", "--fault", "nan", "--rank", "1", "--step", "6"]
     argv += ["--report", "--steps", "12"]
-    done = procs.run(argv, tmp_path / "run.log", 120)
+    done = procs.run(argv, tmp_path / "run.log", 300)
     assert done.code == code, done.output[-3000:]
     assert re.search(r"non-finite loss \(nan\) at step 6 on rank 1", done.output), done.output[
         -3000:
