@@ -33,12 +33,17 @@ class ProgressCollector:
             "Unix time of this rank's latest progress (a step, a phase, a collective)",
             labels=["rank"],
         )
-        collectives = CounterMetricFamily(
-            "kubeddp_rank_collectives", "Collectives this rank started", labels=["rank"]
+        # Gauges, not counters: they start again with each worker process (the series
+        # kubeddp counts across restarts are the multiprocess counters of metrics.py).
+        collectives = GaugeMetricFamily(
+            "kubeddp_rank_collectives",
+            "Collectives this rank's current worker process started",
+            labels=["rank"],
         )
-        busy = CounterMetricFamily(
+        busy = GaugeMetricFamily(
             "kubeddp_rank_busy_seconds",
-            "Time this rank worked in its steps, not waiting for its peers",
+            "Time this rank's current worker process worked in its steps, not waiting for its "
+            "peers",
             labels=["rank"],
         )
         straggler = GaugeMetricFamily(
