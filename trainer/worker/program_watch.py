@@ -9,6 +9,10 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from kubeddp.trainer.worker import collectives
@@ -23,9 +27,44 @@ def reported() -> None:
 
 
 def install() -> None:
+    """Watch the program (no-op without diagnostics). torch is not imported here: a program
+    that fails at once fails as fast as under `python`. The hooks go in the moment the
+    program's own `import torch` has finished (an import hook on the `torch` package), before
+    any line of it can call a collective."""
     hb = this_rank()
     if not hb.enabled:
         return
+    if "torch" in sys.modules:
+        _hook(hb)
+    else:
+        sys.meta_path.insert(0, _AfterTorchImport(lambda: _hook(hb)))
+
+
+class _AfterTorchImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; when `torch` is imported, lets the usual finder find it and
+    calls `then` once its module has been executed."""
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self.then = then
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # once; and the search below must not find us again
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        execute, then = spec.loader.exec_module, self.then
+
+        def exec_then_hook(module: Any) -> None:
+            execute(module)
+            then()
+
+        spec.loader.exec_module = exec_then_hook  # type: ignore[method-assign]
+        return spec
+
+
+def _hook(hb: Any) -> None:
     import torch.optim.optimizer as optim
 
     collectives.install(hb)
