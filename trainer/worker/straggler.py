@@ -22,7 +22,9 @@ import torch
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
 from kubeddp.trainer.worker.heartbeat import Heartbeat, this_pod
 
-MIN_STEPS = 3  # steps in the window before a verdict
+# Before a verdict the history must span this many steps and half the window: the first
+# steps after a start or a restart (warm-up, a checkpoint read) are not a node's speed.
+MIN_STEPS = 20
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class StragglerWatch:
         self._where: list[str] | None = None
         self._named: set[int] = set()  # ranks whose verdict is out (logged once per episode)
         self.current: list[Straggler] = []
+        self._started = time.monotonic()
 
     def at_log_step(self, step: int) -> None:
         """Collective (every rank, at the same log step)."""
@@ -70,9 +73,9 @@ class StragglerWatch:
         self._judge()
 
     def _judge(self) -> None:
-        (_, first_step, first), (_, last_step, last) = self._history[0], self._history[-1]
+        (_, first_step, first), (end, last_step, last) = self._history[0], self._history[-1]
         steps = last_step - first_step
-        if steps < MIN_STEPS:
+        if steps < MIN_STEPS or end - self._started < self.window / 2:
             return
         per_step = [(b - a) / steps for a, b in zip(first, last, strict=True)]
         assert self._where is not None
