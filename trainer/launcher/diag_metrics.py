@@ -21,6 +21,8 @@ class ProgressCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         records = read_records(self.watch.directory)
+        if not records:  # no worker has started yet: nothing to serve (as for metrics.py's)
+            return
         now_mono, now_unix = time.monotonic(), time.time()
         step = GaugeMetricFamily(
             "kubeddp_rank_step", "Optimizer steps this rank finished", labels=["rank"]
