@@ -16,12 +16,14 @@ class ProgressCollector:
 
     def __init__(self, watch: StallWatch) -> None:
         self.watch = watch
+        self._seen = False  # a record was read once: from then on the series are always there
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         records = read_records(self.watch.directory)
-        if not records:  # no worker has started yet: nothing to serve (as for metrics.py's)
+        self._seen = self._seen or bool(records)
+        if not self._seen:  # no worker has started yet: nothing to serve (as for metrics.py's)
             return
         now_mono, now_unix = time.monotonic(), time.time()
         step = GaugeMetricFamily(
