@@ -127,6 +127,7 @@ def watch(tmp_path: Path) -> StallWatch:
     w = StallWatch(cfg, print)
     yield w
     w.finish(0)
+    w.remove()
 
 
 def test_the_progress_series_are_the_documented_ones(watch: StallWatch) -> None:
@@ -230,6 +231,7 @@ def test_in_a_pod_the_watch_logs_the_ranks_progress(
     finally:
         hb.close()
         watch.finish(0)
+        watch.remove()
     assert lines == ["[kubeddp] progress: rank 4 step 3 data 2 s"]
 
 

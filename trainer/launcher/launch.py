@@ -285,6 +285,8 @@ def launch_main(argv: list[str]) -> int:
             code = watch.finish(code)
         if metrics is not None:
             metrics.finish(code, _log)
+        if watch is not None:
+            watch.remove()  # after the metrics' linger: its last scrapes still read the records
     return code
 
 

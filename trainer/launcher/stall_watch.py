@@ -109,11 +109,14 @@ class StallWatch:
             code = exit_codes.STALLED
         if self.reports and code != exit_codes.OK:
             _write_termination_message(STALL_LINE + self.reports[-1].line)
+        return code
+
+    def remove(self) -> None:
+        """Remove the record directory (after the last scrape)."""
         with contextlib.suppress(OSError):
             for path in Path(self.directory).iterdir():
                 path.unlink()
             os.rmdir(self.directory)
-        return code
 
     # ---- the watch ---------------------------------------------------------------------
     def _run(self) -> None:
