@@ -196,9 +196,12 @@ def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        assert flight_recorder.request(tmp_path, 0)
-        dump = flight_recorder.dump_path(tmp_path, 0)
         deadline = time.monotonic() + 30
+        # the responder thread opens its FIFO a moment after "ready"
+        while not flight_recorder.request(tmp_path, 0):
+            assert time.monotonic() < deadline, "the rank never listened"
+            time.sleep(0.05)
+        dump = flight_recorder.dump_path(tmp_path, 0)
         while not dump.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         line = flight_recorder.summary(dump.read_text())
