@@ -21,6 +21,7 @@ Importing this module has no side effects and imports neither torch nor promethe
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 import time
@@ -59,6 +60,7 @@ class _StepReporter:
     def report(self, step: int, samples: int, loss: float | None, tokens: int | None) -> None:
         now = time.monotonic()
         previous, self.last_report = self.last_report, now
+        _heartbeat(int(step), loss)
         if not self.start():
             return
         self.metrics.on_step(
@@ -71,6 +73,44 @@ class _StepReporter:
             step_seconds=now - previous if previous is not None else None,
             data_wait_seconds=0.0,
         )
+
+
+def _heartbeat(step: int, loss: float | None) -> None:
+    """This rank's progress record (the stall watch reads it), and the divergence guard."""
+    from kubeddp.trainer.worker import program_watch
+    from kubeddp.trainer.worker.heartbeat import PHASE_CODE, this_rank
+
+    program_watch.reported()
+    hb = this_rank()
+    hb.step_done(step, PHASE_CODE["step"])
+    if loss is not None and not math.isfinite(loss):
+        _nonfinite(hb, step, loss)
+
+
+def _nonfinite(hb: Any, step: int, loss: float) -> None:
+    """diagnostics.on_nonfinite for a program: `skip` only says so (the program's step is
+    done); `stop` and `keep_last_good` end it with NONFINITE (its checkpoints are its own)."""
+    from kubeddp.trainer import exit_codes
+    from kubeddp.trainer.config import ConfigError, resolved_config
+
+    hb.nonfinite(step, "loss")
+    rank = os.environ.get("RANK", "0")
+    try:
+        cfg = resolved_config(os.environ)
+    except ConfigError:
+        cfg = None
+    action = cfg.diagnostics.on_nonfinite if cfg is not None else "stop"
+    line = f"[kubeddp] non-finite loss ({loss}) at step {step} on rank {rank}"
+    if action == "skip":
+        print(f"{line} (diagnostics.on_nonfinite=skip)", file=sys.stderr, flush=True)
+        return
+    print(
+        f"{line}: stopping (diagnostics.on_nonfinite={action}); exit code "
+        f"{exit_codes.describe(exit_codes.NONFINITE)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(exit_codes.NONFINITE)
 
 
 def _training_metrics() -> Any:

@@ -126,6 +126,11 @@ SECTIONS = (
     Section("monitoring", "Prometheus and Grafana."),
     Section("monitoring.podMonitor", "A Prometheus Operator PodMonitor for the job's pods."),
     Section("monitoring.dashboard", "The Grafana dashboard."),
+    Section(
+        "monitoring.prometheusRule",
+        "A Prometheus Operator PrometheusRule: alerts on a stalled rank, a straggler, a "
+        "non-finite loss and restarts without progress (docs/diagnostics.md).",
+    ),
 )
 
 VALUES: tuple[Value, ...] = (
@@ -782,6 +787,27 @@ VALUES: tuple[Value, ...] = (
         MONITORING,
         (pairs("--dashboard-label"),),
     ),
+    Value(
+        "monitoring.prometheusRule.enabled",
+        boolean(),
+        False,
+        "create a PrometheusRule with the job's alerts (needs the PodMonitor or another scrape)",
+        MONITORING,
+    ),
+    Value(
+        "monitoring.prometheusRule.labels",
+        label_map(),
+        {},
+        "extra labels, e.g. {release: kube-prometheus-stack} to match ruleSelector",
+        MONITORING,
+    ),
+    Value(
+        "monitoring.prometheusRule.noProgressSeconds",
+        integer(minimum=1),
+        300,
+        "a rank with no progress for this long is stalled (alert KubeddpRankStalled)",
+        MONITORING,
+    ),
 )
 
 BY_PATH = {value.path: value for value in VALUES}
@@ -790,6 +816,9 @@ FLAGS: tuple[tuple[Flag, Value], ...] = tuple((f, v) for v in VALUES for f in v.
 NOT_FLAGS = {
     "nameOverride": "Helm's naming; render names the job with --name",
     "managedBy": "render always writes kubeddp",
+    "monitoring.prometheusRule.enabled": "alert rules come with the Helm chart only",
+    "monitoring.prometheusRule.labels": "alert rules come with the Helm chart only",
+    "monitoring.prometheusRule.noProgressSeconds": "alert rules come with the Helm chart only",
 }
 
 

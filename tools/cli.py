@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("logs", "logs of the job's pods"),
         ("wait", "wait until Succeeded (exit 0) or Failed (exit 1)"),
         ("delete", "delete the job and its ConfigMap/Service/PodMonitor"),
+        ("diagnose", "the stall reports in the job's pod logs (see docs/diagnostics.md)"),
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("name", metavar="NAME", type=_kube_name)
@@ -467,6 +468,10 @@ def _cluster_command(args: argparse.Namespace, command: str) -> int:
             )
         elif command == "wait":
             return jobs.wait(cluster, args.kind, args.name, args.timeout, args.interval, sys.stdout)
+        elif command == "diagnose":
+            from kubeddp.tools.diagnosis import diagnose
+
+            return diagnose(cluster, args.kind, args.name, sys.stdout)
         else:
             jobs.delete(cluster, args.kind, args.name, args.delete_pvc, sys.stdout)
     except KubeError as exc:
@@ -476,5 +481,5 @@ def _cluster_command(args: argparse.Namespace, command: str) -> int:
 
 CLUSTER_HANDLERS = {
     name: (lambda args, name=name: _cluster_command(args, name))
-    for name in ("status", "logs", "wait", "delete")
+    for name in ("status", "logs", "wait", "delete", "diagnose")
 }

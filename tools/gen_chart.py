@@ -299,6 +299,8 @@ def chart_constants() -> dict[str, Any]:
             p for p in names.RESERVED_MOUNT_PATHS if p != trainer.CHECKPOINT_DIR
         ],
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,
+        # name -> fieldPath: the pod and node a diagnostics report names
+        "downwardEnv": dict(trainer.DOWNWARD_ENV),
         # Exit codes another pod causes (a preemption's cascade): an Indexed Job ignores them.
         "cascadeExitCodes": list(exit_codes.CASCADE),
         "kubeddpManaged": CV.MANAGED_BY[1],

@@ -91,7 +91,9 @@ def status_report(cluster: Cluster, kind_name: str, name: str) -> dict[str, Any]
     with _reading_answer(f"{kind.resource.kind} {name}"):
         replicas = [line.strip() for line in kind.replica_lines(job_status)]
     pods = []
-    for pod in cluster.list_pods(f"{kind.job_name_label}={name}"):
+    listed = cluster.list_pods(f"{kind.job_name_label}={name}")
+    health = _health(cluster, kind, listed)
+    for pod in listed:
         with _reading_answer(f"pod {pod['metadata']['name']}"):
             pod_status = _mapping(pod.get("status"))
             statuses = pod_status.get("containerStatuses") or []
@@ -102,6 +104,7 @@ def status_report(cluster: Cluster, kind_name: str, name: str) -> dict[str, Any]
                     "restarts": sum(int(_mapping(s).get("restartCount", 0)) for s in statuses),
                     "node": _mapping(pod.get("spec")).get("nodeName", "-"),
                     "ends": [end for s in statuses if (end := termination_line(_mapping(s)))],
+                    "health": health.get(pod["metadata"]["name"], []),
                 }
             )
     return {
@@ -137,8 +140,17 @@ def status(cluster: Cluster, kind_name: str, name: str, out: TextIO, output: str
             f"  {pod['name']}: {pod['phase']}, restarts={pod['restarts']}, node={pod['node']}",
             file=out,
         )
-        for line in pod["ends"]:
+        for line in [*pod["ends"], *pod["health"]]:
             print(f"    {line}", file=out)
+
+
+def _health(cluster: Cluster, kind: JobKind, pods: list[dict]) -> dict[str, list[str]]:
+    """Per pod: progress, straggler, stall and non-finite verdicts (tools/diagnosis.py)."""
+    from kubeddp.tools import diagnosis
+
+    names = [p["metadata"]["name"] for p in pods]
+    logs = diagnosis.pod_logs(cluster, names, kind.container, diagnosis.LOG_TAIL)
+    return diagnosis.health_lines(pods, logs)
 
 
 def termination_line(container_status: dict) -> str:

@@ -312,6 +312,49 @@ class RetriesConfig:
 
 
 @dataclass
+class DiagnosticsConfig:
+    enabled: bool = setting(
+        True, "per-rank progress records, stall reports, straggler and divergence checks"
+    )
+    stall_seconds: float = setting(
+        180.0,
+        "a rank that has not advanced for this long is stalled: its stacks and collectives are "
+        "captured (well below the 600 s collective timeout)",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    on_stall: str = setting(
+        "exit",
+        "after the stall report: `exit` (code 203, retryable: the pod is replaced) or `wait`",
+        choices=("exit", "wait"),
+    )
+    straggler_factor: float = setting(
+        1.5,
+        "a rank whose own work per step (its step time less its wait for the others) over the "
+        "window is this many times the median of the other ranks is a straggler",
+        above=1.0,
+        maximum=1000.0,
+    )
+    straggler_window_seconds: float = setting(
+        60.0,
+        "the window of step times the straggler verdict looks at",
+        above=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    report_dir: str = setting(
+        "",
+        "where stall reports are written; empty = `.kubeddp-diagnostics/` in a local "
+        "`checkpoint.dir` (with `s3://` checkpoints: the log only)",
+    )
+    on_nonfinite: str = setting(
+        "stop",
+        "a non-finite loss or gradient norm: `stop` (code 6, fatal), `keep_last_good` (stop "
+        "and remove checkpoints from that step on) or `skip` the step",
+        choices=("stop", "keep_last_good", "skip"),
+    )
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -319,6 +362,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     retries: RetriesConfig = field(default_factory=RetriesConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -23,9 +23,9 @@ CONFIG_FILE = "/etc/kubeddp/config.yaml"
 SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/inductor dirs
 
 # With --script/--module (a user's own program) only these config keys still apply (a section
-# alone: all of its keys): launch's metrics endpoint and the SIGTERM grace. launch refuses
-# --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries")
+# alone: all of its keys): launch's metrics endpoint, the SIGTERM grace, retries and
+# diagnostics. launch refuses --set of any other key, the chart refuses those config values.
+PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries", "diagnostics")
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
@@ -53,6 +53,7 @@ ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # set by launch for workers; shown in k
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
+DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
 ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
 # The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a
@@ -73,3 +74,9 @@ USER_ENV_SETTINGS = (
 )  # fmt: skip
 # Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
 ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"
+# Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
+ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
+# The pod's and node's names (downward API in every manifest) name a stalled or slow rank
+ENV_POD_NAME = "POD_NAME"
+ENV_NODE_NAME = "NODE_NAME"
+DOWNWARD_ENV = {ENV_POD_NAME: "metadata.name", ENV_NODE_NAME: "spec.nodeName"}

@@ -35,6 +35,7 @@ BAD_INPUT = 2
 CLUSTER_ERROR = 3
 INTERNAL_ERROR = 4
 RETRIES_EXHAUSTED = 5
+NONFINITE = 6
 WAIT_TIMEOUT = 124
 INTERRUPTED = 130
 KILLED = 137
@@ -42,6 +43,7 @@ PREEMPTED = 143
 RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
 STORAGE_UNREACHABLE = 202
+STALLED = 203
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -84,6 +86,14 @@ TABLE: tuple[ExitCode, ...] = (
         "the pod was restarted `retries.without_progress` times while the newest checkpoint did "
         "not advance (the one line and the pod's termination message name the last failure)",
         "fix what the last failure names (out of memory: give the pod more memory); resubmit",
+    ),
+    ExitCode(
+        NONFINITE,
+        "non-finite loss",
+        "training",
+        "the loss or gradient norm became NaN or infinite (the log names the step and rank; "
+        "diagnostics.on_nonfinite=stop or keep_last_good)",
+        "lower the learning rate, clip gradients or fix the data; a retry would diverge again",
     ),
     ExitCode(
         WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"
@@ -133,6 +143,14 @@ TABLE: tuple[ExitCode, ...] = (
         "answer at start",
         "retried; if it repeats, check the endpoint (AWS_ENDPOINT_URL) and the network to it, "
         "or the keeper pod <job>-keeper and its claim",
+    ),
+    ExitCode(
+        STALLED,
+        "stalled",
+        "training",
+        "a rank made no progress for diagnostics.stall_seconds; the stall report (log and "
+        "checkpoint dir) names the rank, its pod and node and where it was stuck",
+        "retried (the pod is replaced); `kubeddp diagnose JOB` shows the report",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}

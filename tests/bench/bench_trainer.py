@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.worker.heartbeat import ENV_DIAG_DIR
 from tests.bench.common import (
     BENCH_DIR,
     BenchError,
@@ -115,7 +116,11 @@ def _alternate(
         "--base=" + json.dumps(base),
         "--arms=" + json.dumps(arms),
     ]
-    env = bench_env(extra={constants.ENV_PROMETHEUS_MULTIPROC_DIR: str(prom)})
+    diag = work / f"{tag}-diagnostics"  # heartbeat records, as kubeddp launch makes them
+    diag.mkdir(exist_ok=True)
+    env = bench_env(
+        extra={constants.ENV_PROMETHEUS_MULTIPROC_DIR: str(prom), ENV_DIAG_DIR: str(diag)}
+    )
     cmd = torchrun_cmd(2, BENCH_DIR / "overhead_worker.py", args)
     run_job(cmd, env, work / f"{tag}.log", timeout)
     return {
@@ -137,8 +142,10 @@ def bench_overhead(
         "kubeddp": ["train.grad_clip=0"],
         "kubeddp-ckpt": ["train.grad_clip=0", f"checkpoint.every_steps={ckpt_every}"],
         "kubeddp-defaults": [],
+        "kubeddp-no-diagnostics": ["train.grad_clip=0", "diagnostics.enabled=false"],
     }
     runs = _alternate(work, "overhead", model, steps, reps, arms, timeout)
+    rows = [_diagnostics_row(runs, f"{model.describe()}, 2 processes, gloo, {steps} steps")]
     base_sps = [t.samples_per_second() for t in runs["baseline"]]
     base_cpu = [t.cpu_seconds_per_step() for t in runs["baseline"]]
     what = f"{model.describe()}, 2 processes, gloo, {steps} steps per run, metrics on"
@@ -155,7 +162,6 @@ def bench_overhead(
             "the gap to the first row is what gradient clipping costs",
         ),
     }
-    rows = []
     for arm, (name, goal, note) in labels.items():
         cpu = [t.cpu_seconds_per_step() for t in runs[arm]]
         ratios = [b / k for k, b in zip(cpu, base_cpu, strict=True)]
@@ -185,6 +191,23 @@ def bench_overhead(
             )
         )
     return rows
+
+
+def _diagnostics_row(runs: dict[str, list[StepTimes]], what: str) -> Row:
+    """Diagnostics on (heartbeat, collective counts, straggler gather at log steps, the
+    divergence check) over off, in the same processes, alternating."""
+    on = [t.cpu_seconds_per_step() for t in runs["kubeddp"]]
+    off = [t.cpu_seconds_per_step() for t in runs["kubeddp-no-diagnostics"]]
+    ratios = [b / a for a, b in zip(on, off, strict=True)]
+    return Row(
+        "overhead",
+        "samples per CPU-second, diagnostics on / off",
+        median(ratios),
+        "the same Trainer with diagnostics.enabled=false, same processes, alternating",
+        f"{median(on) * 1000:.2f} vs {median(off) * 1000:.2f} CPU-ms per step",
+        ">= 0.99",
+        f"{what}; {spread(ratios)}",
+    )
 
 
 def bench_step_cost(work: Path, model: CharLM, steps: int, reps: int, timeout: float) -> list[Row]:

@@ -687,6 +687,7 @@ def resolve_field_ref(path: str, pod: PodPlan, namespace: str, pod_ip: str) -> s
         "metadata.namespace": namespace,
         "status.podIP": pod_ip,
         "spec.hostname": pod.hostname,
+        "spec.nodeName": pod.hostname,  # each emulated pod runs on a node of its own
     }
     if path in simple:
         return simple[path]

@@ -66,13 +66,16 @@ def test_workers_die_with_a_killed_launcher_and_free_the_directory(work: Path) -
 
 
 def _scratch_entries(pid: int) -> list[str]:
-    """What launch `pid` made in the scratch directory (its metrics and torchrun dirs)."""
+    """What launch `pid` made in the scratch directory (its metrics, torchrun and diagnostics
+    dirs)."""
     host = scratch._host()
     owned = f"{host}-{pid}-"
     return [
         entry.name
         for entry in scratch.root().iterdir()
-        if entry.name.startswith((constants.METRICS_DIR_PREFIX, constants.RUN_DIR_PREFIX))
+        if entry.name.startswith(
+            (constants.METRICS_DIR_PREFIX, constants.RUN_DIR_PREFIX, constants.DIAG_DIR_PREFIX)
+        )
         and owned in entry.name
     ]
 

@@ -45,7 +45,7 @@ def test_tiny_overhead_run_writes_a_report(tmp_path) -> None:
     report = json.loads((out / "report.json").read_text())
     rows = report["rows"]
     assert {row["section"] for row in rows} == {"overhead"}, rows
-    assert len(rows) == 7, [row["name"] for row in rows]
+    assert len(rows) == 8, [row["name"] for row in rows]
     for row in rows:
         assert row["ratio"] is not None, row["note"]
         assert math.isfinite(row["ratio"]) and row["ratio"] > 0

@@ -72,6 +72,24 @@ def test_reads_happen_only_at_log_steps_epoch_ends_and_the_end(
         _check_a_run(tmp_path, monkeypatch, ctx)
 
 
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_diagnostics_add_no_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_type: str
+) -> None:
+    """The heartbeat, the collective counts and the divergence guard, all on (as under
+    kubeddp launch): still no read outside the allowed steps."""
+    import tempfile
+
+    from kubeddp.trainer.worker import heartbeat
+
+    with tempfile.TemporaryDirectory(prefix="kubeddp-diag-test-") as diag:
+        monkeypatch.setenv(heartbeat.ENV_DIAG_DIR, diag)
+        monkeypatch.setattr(heartbeat, "_THIS", None)
+        with one_rank_group(device_type) as ctx:
+            _check_a_run(tmp_path, monkeypatch, ctx)
+        assert heartbeat.read_record(heartbeat.record_path(diag, 0)).step == 18
+
+
 def _check_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: DistContext) -> None:
     cfg = load_config(
         None,

@@ -221,6 +221,7 @@ def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
             "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
         },
         **({C.ENV_CHECKPOINT_KEEPER: f"http://pt-keeper:{C.KEEPER_PORT}"} if nodes > 1 else {}),
+        **{name: {"fieldRef": {"fieldPath": path}} for name, path in C.DOWNWARD_ENV.items()},
     }
     assert "warning" not in capsys.readouterr().err
 
@@ -237,8 +238,9 @@ def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, wor
     for replica in replicas.values():
         (container,) = replica["template"]["spec"]["containers"]
         # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...; kubeddp only the keeper address
-        env = [e["name"] for e in container.get("env", [])]
-        assert env == ([C.ENV_CHECKPOINT_KEEPER] if nodes > 1 else [])
+        # and the pod/node names
+        env = {e["name"] for e in container.get("env", [])}
+        assert env == {*C.DOWNWARD_ENV, *([C.ENV_CHECKPOINT_KEEPER] if nodes > 1 else [])}
     # One line: what the operator adds, what breaks, and both fixes.
     (warning,) = [line for line in err.splitlines() if "warning" in line]
     for word in ("init-pytorch", "restricted", "air-gapped", "--pytorch-init-container-image",
@@ -286,7 +288,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     assert pod["subdomain"] == "ix"
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
-    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
     assert env == {
         C.ENV_INDEXEDJOB_MASTER_ADDR: "ix-0.ix",
         C.ENV_INDEXEDJOB_MASTER_PORT: str(C.INDEXEDJOB_PORT),

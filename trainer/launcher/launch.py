@@ -44,6 +44,7 @@ from kubeddp.trainer.launcher.rendezvous import (
     plan_from_env,
 )
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
+from kubeddp.trainer.launcher.stall_watch import start_diagnostics
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.torchrun_cli import spellings
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
@@ -354,18 +355,25 @@ def _run_pod(
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
+    watch = start_diagnostics(cfg, metrics, _log)
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
-        outcome = _train(plan, cfg, deadline, budget, spawns, refresh)
+        outcome = _train(plan, cfg, deadline, budget, spawns, refresh, watch.env if watch else {})
     except Exception as exc:  # a signal just after the agent returned (its handler stays)
         signalled = end_signals.exit_code_of(exc)
         if signalled is None:
             raise
         outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
+        if watch is not None:
+            code = watch.finish(outcome.code)
+            if code != outcome.code:  # the stall watch stopped the workers: its line is why
+                outcome = Outcome(code, reason=watch.termination_line())
         if metrics is not None:
             metrics.finish(outcome.code, _log)
+        if watch is not None:
+            watch.remove()  # after the metrics' linger: its last scrapes still read the records
     return _ended(budget, outcome)
 
 
@@ -397,6 +405,7 @@ def _train(
     budget: RetryBudget,
     spawns: bool,
     refresh: Callable[[], object] | None = None,
+    diagnostics_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
     rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
@@ -404,7 +413,7 @@ def _train(
     exponential recreation delay (10 s doubling to 6 min) that ignored failures still grow."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    worker_env = resolved_config_env(cfg)
+    worker_env = {**resolved_config_env(cfg), **(diagnostics_env or {})}
     if spawns:
         worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     grace = cfg.checkpoint.preempt_grace_seconds

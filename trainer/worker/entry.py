@@ -47,6 +47,7 @@ def run(cfg: Config) -> int:
     rank = int(os.environ.get("RANK", "0"))
     # Imported after the config is known good: torch takes a second or two to import.
     from kubeddp.trainer.worker.checkpoint import CheckpointError, StorageUnreachable
+    from kubeddp.trainer.worker.diagnostics import Diverged
     from kubeddp.trainer.worker.distributed import (
         DistributedSetupError,
         init_distributed,
@@ -75,7 +76,7 @@ def run(cfg: Config) -> int:
         return _failed(exc, rank)
     try:
         code = trainer.fit()
-    except Preempted as exc:
+    except (Preempted, Diverged) as exc:
         code = int(exc.code)
     except StorageUnreachable as exc:  # before training: another try may reach it
         print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)

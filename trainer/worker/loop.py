@@ -11,6 +11,7 @@ clipping's norm is never read. tests/unit/test_no_host_sync.py keeps it that way
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from kubeddp.trainer.worker.data import (
     to_device,
     unpinned_host_tensors,
 )
+from kubeddp.trainer.worker.diagnostics import Diagnostics
 from kubeddp.trainer.worker.distributed import (
     DistContext,
     mean_over_ranks,
@@ -37,6 +39,7 @@ from kubeddp.trainer.worker.distributed import (
     wrap_ddp,
 )
 from kubeddp.trainer.worker.evaluator import Evaluator
+from kubeddp.trainer.worker.heartbeat import PHASE_CODE
 from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file
@@ -53,6 +56,11 @@ from kubeddp.trainer.worker.schedule import build_optimizer, build_scheduler
 from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
 from kubeddp.trainer.worker.versions import runtime_versions
 from kubeddp.trainer.workloads import build_workload
+
+hb_data, hb_forward, hb_optimizer, hb_eval, hb_checkpoint, hb_between = (
+    PHASE_CODE[name]
+    for name in ("data", "forward/backward", "optimizer", "eval", "checkpoint", "step")
+)
 
 # What close() drops: everything that holds the DDP module, its parameters or the optimizer.
 REFERENCES = (
@@ -133,6 +141,8 @@ class Trainer:
         )
         self.stop_vote = StopVote(ctx.device, ctx.distributed, cfg.checkpoint.preempt_grace_seconds)
         self._timeout_switched = False
+        self.diag = Diagnostics(cfg, ctx, self.optimizer, self.scaler.is_enabled(), self.progress)
+        self.diag.watch(self.model)
         self._copies_checked = ctx.device.type != "cuda"
 
     def _plan_total_steps(self) -> int:
@@ -219,7 +229,9 @@ class Trainer:
         start = time.perf_counter()
         data_wait, samples = 0.0, 0
         loss_sum: torch.Tensor | None = None
+        hb = self.diag.heartbeat
         for i in range(micro_steps):
+            hb.phase(hb_data)
             fetch_start = time.perf_counter()
             batch = next(batches)
             data_wait += time.perf_counter() - fetch_start
@@ -227,14 +239,18 @@ class Trainer:
                 self._check_copies(batch)
             batch = to_device(batch, ctx.device)
             samples += batch_samples(batch, t.batch_size)
+            hb.phase(hb_forward)
             loss = self._micro_step(batch, micro_steps, sync=i == micro_steps - 1)
             loss_sum = loss if loss_sum is None else loss_sum + loss
-        self._optimizer_step()
+        hb.phase(hb_optimizer)
         assert loss_sum is not None
-        self.losses.add(loss_sum / micro_steps if micro_steps > 1 else loss_sum)
+        step_loss = loss_sum / micro_steps if micro_steps > 1 else loss_sum
+        self._optimizer_step(step_loss)
+        self.losses.add(step_loss)
         s.consumed += samples * ctx.world_size
         s.step += 1
         seconds = time.perf_counter() - start
+        hb.step_done(s.step, hb_between, seconds)
         if self.observers:
             end = StepEnd(s.step, s.epoch, samples)
             for observer in self.observers:
@@ -244,7 +260,12 @@ class Trainer:
             self._timeout_switched = True
         lr = self.scheduler.get_last_lr()[0]
         # Reading the loss waits for the device: only on log steps (collective, every rank).
-        loss_value = self.losses.interval_mean(ctx) if self.progress.is_log_step(s.step) else None
+        loss_value = (
+            self.losses.interval_mean(ctx, self.diag.guard.fold())
+            if self.progress.is_log_step(s.step)
+            else None
+        )
+        self.diag.after_read(s.step, loss_value, self.checkpoints)
         if loss_value is not None and s.first_loss is None:
             self._settle_first_loss()
         self.metrics.on_step(
@@ -274,13 +295,15 @@ class Trainer:
             self.scaler.scale(scaled).backward()
         return loss.detach()
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self, loss: torch.Tensor) -> None:
         clip = self.cfg.train.grad_clip
-        if clip > 0:
+        norm = None
+        if clip > 0 or self.diag.needs_norm:
             self.scaler.unscale_(self.optimizer)
             # Returns the norm as a device tensor; reading it would sync, so it is not read.
-            torch.nn.utils.clip_grad_norm_(self.parameters, clip)
-        self.scaler.step(self.optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, clip if clip > 0 else math.inf)
+        if self.diag.before_update(self.state.step + 1, loss, norm, self.optimizer):
+            self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
@@ -328,13 +351,16 @@ class Trainer:
                 "(checkpoint.on_save_error=stop)"
             )
             return 1
+        self.diag.heartbeat.phase(hb_eval)
         self.evaluator.after_step(self.state.step)
         if not self._finished():
+            self.diag.heartbeat.phase(hb_checkpoint)
             self.checkpoints.maybe_save(self.state)
         return 0
 
     def close(self) -> None:
         """Drop every DDP/optimizer reference so the process group can be destroyed safely."""
+        self.diag.close()
         self.checkpoints.close()
         self.metrics.close()
         for name in REFERENCES.split():

@@ -27,15 +27,16 @@ class DeviceLosses:
         if not self._any_step:
             self._first, self._any_step = step_loss, True
 
-    def interval_mean(self, ctx: DistContext) -> float:
+    def interval_mean(self, ctx: DistContext, extra: torch.Tensor | None = None) -> float:
         """Mean loss over the steps since the previous call and over all ranks (collective:
-        every rank calls it at the same step). NaN when no step was added."""
+        every rank calls it at the same step). NaN when no step was added. `extra` is added
+        before the read (the divergence guard's check rides on it: divergence.py)."""
         if not self._interval:
             return mean_over_ranks(float("nan"), ctx)
         steps = self._interval
         self._interval = []
         mean = steps[0] if len(steps) == 1 else torch.stack(steps).mean()
-        return mean_over_ranks(mean, ctx)
+        return mean_over_ranks(mean if extra is None else mean + extra, ctx)
 
     def first(self) -> float | None:
         """This rank's loss of the run's first step, the first time it is asked (a host

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher import early_exit
-from kubeddp.trainer.worker import stop_signal
+from kubeddp.trainer.worker import program_watch, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for, one_line
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
@@ -95,6 +95,7 @@ def run_program(program: Program) -> int:
             os.environ.pop(name, None)
     stop_signal.install(_preempt_grace_seconds())
     early_exit.note_start()
+    program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
     try:
         _execute(program)
     except SystemExit as exc:

@@ -65,6 +65,9 @@ checkpointDirReserved:
   - /sys
   - /dev
 cpuNprocEnv: KUBEDDP_CPU_NPROC
+downwardEnv:
+  POD_NAME: metadata.name
+  NODE_NAME: spec.nodeName
 cascadeExitCodes:
   - 143
   - 200
@@ -74,6 +77,7 @@ programConfigKeys:
   - metrics
   - checkpoint.preempt_grace_seconds
   - retries
+  - diagnostics
 volumeSources:
   - persistentVolumeClaim
   - configMap

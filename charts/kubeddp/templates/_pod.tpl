@@ -133,7 +133,8 @@ program (trainer.script/module) gets everything after `--`, and the config is la
 
 {{/* env: the kind's own entries (.env, in the order .envOrder) where values.env may replace
 a value in place, its downward-API entries (.fieldEnv: name -> fieldPath), then the rest of
-values.env, then extraEnv */}}
+values.env, the pod's and node's names (downwardEnv: diagnostics reports name them) unless set
+already, then extraEnv */}}
 {{- define "kubeddp.env" -}}
 {{- $root := .root }}
 {{- range $name := .envOrder }}
@@ -153,9 +154,23 @@ values.env, then extraEnv */}}
 {{- end }}
 {{- end }}
 {{- include "kubeddp.storageEnv" $root }}
+{{- $c := include "kubeddp.constants" $root | fromYaml }}
+{{- range $name, $path := $c.downwardEnv }}
+{{- if not (or (hasKey $root.Values.env $name) (include "kubeddp.inExtraEnv" (dict "list" $root.Values.extraEnv "name" $name)) (hasKey ($.fieldEnv | default dict) $name)) }}
+- name: {{ $name }}
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ $path | quote }}
+{{- end }}
+{{- end }}
 {{- with $root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when the extraEnv list (dict "list" L "name" N) has an entry named N */}}
+{{- define "kubeddp.inExtraEnv" -}}
+{{- range .list }}{{ if eq .name $.name }}true{{ end }}{{ end }}
 {{- end }}
 
 {{/* dict "root" $ "env" DICT "envOrder" LIST */}}

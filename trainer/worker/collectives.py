@@ -1,0 +1,71 @@
+"""Count the collectives this rank enters, in its heartbeat record (the gloo equivalent of
+NCCL's flight recorder, at the granularity of torch.distributed's Python calls).
+
+`install` wraps the collective functions of the `torch.distributed` namespace, which the
+trainer and user programs call as `dist.all_reduce(...)` (torch's own internal calls go through
+`distributed_c10d` and are not counted twice). When every other rank waits in all_reduce #48123
+and one rank is still at #48122, or in another op, the stall report says so. DDP's gradient
+all-reduces run inside backward (C++), shown as the forward/backward phase instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubeddp.trainer.worker.heartbeat import COLLECTIVES, Heartbeat
+
+_MARK = "_kubeddp_counted"
+
+
+# The heartbeat the wrappers write to: this process's, replaced when a new one is installed
+# (a process that runs several trainers one after the other, as the benchmark does).
+_CURRENT: list[Heartbeat] = []
+
+
+def _counted(original: Callable[..., Any], op: int) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        hb = _CURRENT[0]
+        hb.collective_start(op)
+        try:
+            return original(*args, **kwargs)
+        finally:  # an async op ends here too: its wait is the caller's, later
+            hb.collective_end(op)
+
+    setattr(counted, _MARK, True)
+    return counted
+
+
+def install(hb: Heartbeat) -> None:
+    """Count into `hb` from now on; wrap torch.distributed's collectives once per process
+    (not while no heartbeat is enabled)."""
+    _CURRENT[:] = [hb]
+    if not hb.enabled:
+        return
+    import torch.distributed as dist
+
+    for op, name in enumerate(COLLECTIVES):
+        original = getattr(dist, name, None)
+        if original is not None and not getattr(original, _MARK, False):
+            setattr(dist, name, _counted(original, op))
+
+
+def watch_ddp(model: Any, hb: Heartbeat) -> None:
+    """Note when this rank's gradients are ready for their all-reduce (a DDP comm hook that
+    then does what DDP's own does): the time from there to the end of backward is spent
+    waiting for the other ranks, which tells a straggler from the ranks that wait for it."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if not hb.enabled or not isinstance(model, DDP):
+        return
+
+    # Unannotated: torch checks the annotations of a comm hook against its own types.
+    def ready_then_allreduce(state, bucket):  # noqa: ANN001, ANN202
+        hb.sync_ready = time.monotonic()
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, ready_then_allreduce)
