@@ -23,15 +23,15 @@ done
 
 log "3. SIGTERM mid-run -> 143, resume from the checkpoint; /metrics scraped during the run"
 rm -rf /tmp/ck-term
-timeout 150 kubeddp train --nproc 1 --set train.max_steps=4000 --set checkpoint.dir=/tmp/ck-term \
-  --set checkpoint.resume=never --set metrics.port=9911 >"$OUT/term.log" 2>&1 &
+timeout 150 kubeddp train --nproc 1 --set train.epochs=50 --set train.max_steps=6000 \
+  --set checkpoint.dir=/tmp/ck-term --set checkpoint.resume=never --set metrics.port=9911 >"$OUT/term.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 90); do grep -q "first step" "$OUT/term.log" 2>/dev/null && break; sleep 1; done
 sleep 8
 curl -s localhost:9911/metrics >"$OUT/metrics.txt"; echo "metrics lines: $(grep -c '^kubeddp_' "$OUT/metrics.txt")" | tee -a "$OUT/summary.txt"
 kill -TERM $pid; wait $pid; echo "SIGTERM exit=$?" | tee -a "$OUT/summary.txt"
 find /tmp/ck-term -maxdepth 1 | tee -a "$OUT/summary.txt"
-timeout 150 kubeddp train --nproc 1 --set train.max_steps=4100 --set checkpoint.dir=/tmp/ck-term \
+timeout 150 kubeddp train --nproc 1 --set train.epochs=50 --set train.max_steps=6000 --set checkpoint.dir=/tmp/ck-term \
   --set checkpoint.resume=auto --set metrics.enabled=false >"$OUT/resume.log" 2>&1
 echo "resume exit=$?" | tee -a "$OUT/summary.txt"; grep -iE "resum|^done:" "$OUT/resume.log" | head -3 | tee -a "$OUT/summary.txt"
 
