@@ -19,7 +19,7 @@ from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 from kubeddp.trainer.worker.failures import one_line
 
 if TYPE_CHECKING:
-    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+    from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
 WORKER_MODULE = "kubeddp.trainer.worker"
 # Seconds the agent waits for preempted workers beyond their own save budget (exit, flush).

@@ -9,48 +9,15 @@ operators inject (tests/unit/test_rendezvous.py).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, torchrun_argv
-
-
-class RendezvousError(ValueError):
-    """The environment is inconsistent; the message names the variables and the fix."""
-
-
-@dataclass
-class RendezvousPlan:
-    source: str
-    nnodes: str  # "N" or "MIN:MAX"
-    nproc_per_node: int
-    node_rank: int | None  # None when elastic (torchrun assigns ranks)
-    rdzv_backend: str  # static | c10d | etcd | etcd-v2
-    rdzv_endpoint: str  # host:port
-    world_size: int | None  # None when elastic
-    rdzv_id: str = "kubeddp"
-    max_restarts: int = 0
-    rdzv_conf: str = ""
-    standalone: bool = False
-    in_kubernetes: bool = False
-    wait_for_host: bool = True  # wait for the endpoint's DNS name and TCP port before torchrun
-    argv: list[str] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        return self.rdzv_endpoint.rsplit(":", 1)[0]
-
-    @property
-    def port(self) -> int:
-        return int(self.rdzv_endpoint.rsplit(":", 1)[1])
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=False)
-
+from kubeddp.trainer.launcher.rendezvous_plan import RendezvousError, RendezvousPlan
+from kubeddp.trainer.launcher.user_input import check_plan
 
 MAX_COUNT = 2**31 - 1  # node counts, ranks, restarts: what torchrun's C ints hold
 _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits only: int() takes '٣' and '1_0'
@@ -519,8 +486,6 @@ def plan_from_env(
     worker_args`."""
     plan = _plan(env, list(worker_args or []), nproc_flag, max_restarts, gpu_count,
                  worker_module, node_flags)  # fmt: skip
-    from kubeddp.trainer.launcher.user_input import check_plan  # it imports RendezvousError
-
     check_plan(plan)
     return plan
 
