@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.common import one_line
 from kubeddp.trainer.launcher import early_exit, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
-from kubeddp.trainer.worker.failures import one_line
 
 if TYPE_CHECKING:
     from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan

@@ -73,8 +73,8 @@ def _compile_problem(cfg: Config) -> str | None:
     rendezvous wait (workers that a user's own torchrun starts check it themselves)."""
     if cfg.train.compile == "off":
         return None
+    from kubeddp.trainer.devices import DistributedSetupError, choose_device
     from kubeddp.trainer.worker.compiled import compile_plan
-    from kubeddp.trainer.worker.distributed import DistributedSetupError, choose_device
 
     try:
         compile_plan(cfg.train.compile, choose_device(cfg.ddp, 0))
