@@ -228,10 +228,10 @@ def _plan_kubeddp_env(
     (node rank = JOB_COMPLETION_INDEX) and the Worker-only PyTorchJob (node rank from the
     replica-index label; the operator adds PET_NNODES and PET_NPROC_PER_NODE)."""
     rank_var = constants.ENV_NODE_RANK if source == "pytorchjob-workers" else "JOB_COMPLETION_INDEX"
-    nnodes_var = constants.ENV_INDEXEDJOB_NNODES
+    nnodes_var = constants.ENV_NNODES
     if not env.get(nnodes_var):
         raise RendezvousError(
-            f"{rank_var} and {constants.ENV_INDEXEDJOB_MASTER_ADDR} are set but {nnodes_var} is "
+            f"{rank_var} and {constants.ENV_MASTER_ADDR} are set but {nnodes_var} is "
             f"not; render the job with `kubeddp render {source.split('-')[0]}`"
         )
     nnodes = _int(env, nnodes_var, 1)
@@ -244,15 +244,15 @@ def _plan_kubeddp_env(
         )
     rank = _int(env, rank_var)
     nproc_var = next(
-        (v for v in (constants.ENV_INDEXEDJOB_NPROC, "PET_NPROC_PER_NODE") if env.get(v)),
-        constants.ENV_INDEXEDJOB_NPROC,
+        (v for v in (constants.ENV_NPROC_PER_NODE, "PET_NPROC_PER_NODE") if env.get(v)),
+        constants.ENV_NPROC_PER_NODE,
     )
     nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
     default_port = (
         constants.PYTORCHJOB_PORT if source == "pytorchjob-workers" else constants.INDEXEDJOB_PORT
     )
-    port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, default_port)
-    addr = env[constants.ENV_INDEXEDJOB_MASTER_ADDR]
+    port = _port(env, constants.ENV_MASTER_PORT, default_port)
+    addr = env[constants.ENV_MASTER_ADDR]
     return _static(source, env, nnodes, rank, nproc, addr, port, rank_var, nnodes_var)
 
 
@@ -316,13 +316,13 @@ def detect_source(env: Mapping[str, str]) -> str:
         return "pytorchjob"
     if env.get("PET_MASTER_ADDR") and "PET_NODE_RANK" in env and not has_master:
         return "trainjob"
-    if env.get(constants.ENV_INDEXEDJOB_MASTER_ADDR):
+    if env.get(constants.ENV_MASTER_ADDR):
         if constants.ENV_NODE_RANK in env:
             return "pytorchjob-workers"
         if "JOB_COMPLETION_INDEX" in env:
             return "indexedjob"
         raise RendezvousError(
-            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} is set but neither "
+            f"{constants.ENV_MASTER_ADDR} is set but neither "
             f"{constants.ENV_NODE_RANK} nor JOB_COMPLETION_INDEX says this pod's node rank; "
             "render the job with `kubeddp render`"
         )
@@ -333,9 +333,9 @@ def detect_source(env: Mapping[str, str]) -> str:
     if "PET_NNODES" in env:
         raise RendezvousError(
             f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
-            f"PET_MASTER_ADDR / {constants.ENV_INDEXEDJOB_MASTER_ADDR}) nor PET_RDZV_ENDPOINT: "
+            f"PET_MASTER_ADDR / {constants.ENV_MASTER_ADDR}) nor PET_RDZV_ENDPOINT: "
             "render the PyTorchJob with `kubeddp render` (a Worker-only job gets "
-            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} and {constants.ENV_NODE_RANK}), or give it "
+            f"{constants.ENV_MASTER_ADDR} and {constants.ENV_NODE_RANK}), or give it "
             "a Master replica or an elasticPolicy"
         )
     if "RANK" in env or "WORLD_SIZE" in env:
