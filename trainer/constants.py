@@ -39,10 +39,17 @@ ENV_METRICS_BIND = "KUBEDDP_METRICS_BIND"
 ENV_RDZV_WAIT_SECONDS = "KUBEDDP_RDZV_WAIT_SECONDS"
 ENV_DRY_RUN_GPUS = "KUBEDDP_DRY_RUN_GPUS"  # --dry-run only: pretend this many GPUs are visible
 ENV_SKIP_TORCH_CHECK = "KUBEDDP_SKIP_TORCH_CHECK"  # "1": launch on a torch outside the range
-ENV_INDEXEDJOB_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
-ENV_INDEXEDJOB_MASTER_PORT = "KUBEDDP_MASTER_PORT"
-ENV_INDEXEDJOB_NNODES = "KUBEDDP_NNODES"
-ENV_INDEXEDJOB_NPROC = "KUBEDDP_NPROC_PER_NODE"
+# The rendezvous kubeddp's own manifests set where no operator gives one (the Indexed Job and
+# the Worker-only PyTorchJob); the node count is read for every kind that has no PET_NNODES.
+ENV_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
+ENV_MASTER_PORT = "KUBEDDP_MASTER_PORT"
+ENV_NNODES = "KUBEDDP_NNODES"
+ENV_NPROC_PER_NODE = "KUBEDDP_NPROC_PER_NODE"
+# The old names, for code not yet moved to the new ones (tools/kinds/, tests); delete after.
+ENV_INDEXEDJOB_MASTER_ADDR = ENV_MASTER_ADDR
+ENV_INDEXEDJOB_MASTER_PORT = ENV_MASTER_PORT
+ENV_INDEXEDJOB_NNODES = ENV_NNODES
+ENV_INDEXEDJOB_NPROC = ENV_NPROC_PER_NODE
 # A Worker-only PyTorchJob: the node rank, from the pod's replica-index label (downward API)
 ENV_NODE_RANK = "KUBEDDP_NODE_RANK"
 # Rank 0 writes per-step wall-clock times here as JSON at the end of fit (tests/bench reads it)

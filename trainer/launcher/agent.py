@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.common import one_line
 from kubeddp.trainer.launcher import early_exit, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
-from kubeddp.trainer.worker.failures import one_line
 
 if TYPE_CHECKING:
-    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+    from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
 WORKER_MODULE = "kubeddp.trainer.worker"
 # Seconds the agent waits for preempted workers beyond their own save budget (exit, flush).
@@ -190,17 +190,7 @@ def run_agent(
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import run
 
-    os.environ.update(worker_env)
-    os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
-    # torch shares the rendezvous TCPStore with the workers by default, and a restarted worker
-    # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
-    # issue 135712). A store per worker group makes --max-restarts work.
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
-        threads = threads_per_worker(plan.nproc_per_node, available_cpus())
-        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
-    os.environ.update(shutdown_timeout_env(preempt_grace))
-    os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
+    _set_agent_env(plan, worker_env, preempt_grace)
     args = torchrun_args(plan)
     if rdzv_round is not None:
         args.rdzv_id, args.master_port = rdzv_round
@@ -214,20 +204,7 @@ def run_agent(
     try:
         run(args)
     except ChildFailedError as exc:
-        code = exit_code_of_failure(exc)
-        early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
-        if early:
-            code = exit_codes.TRAINING_FAILED
-            _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
-                 "returned (exit 0) while its peers still ran, so their collectives failed; "
-                 "end every rank together (the same steps, then destroy_process_group): exit "
-                 f"code {exit_codes.describe(code)}")  # fmt: skip
-            return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
-        reason = f"workers failed: exit code {exit_codes.describe(code)}"
-        _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
-             f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
-             "above")  # fmt: skip
-        return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc))
+        return _group_failed(exc, exited_dir)
     except SignalException as exc:
         code = 128 + int(exc.sigval)
         _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
@@ -245,6 +222,39 @@ def run_agent(
             shutil.rmtree(own_log_dir, ignore_errors=True)
         shutil.rmtree(exited_dir, ignore_errors=True)
     return Outcome(exit_codes.OK)
+
+
+def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> None:
+    """What the agent and every worker it starts read from this process's environment."""
+    os.environ.update(worker_env)
+    os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
+    # torch shares the rendezvous TCPStore with the workers by default, and a restarted worker
+    # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
+    # issue 135712). A store per worker group makes --max-restarts work.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
+        threads = threads_per_worker(plan.nproc_per_node, available_cpus())
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
+    os.environ.update(shutdown_timeout_env(preempt_grace))
+    os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
+
+
+def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
+    """The outcome of a worker group that failed, said in one line."""
+    code = exit_code_of_failure(exc)
+    early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
+    if early:
+        code = exit_codes.TRAINING_FAILED
+        _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
+             "returned (exit 0) while its peers still ran, so their collectives failed; "
+             "end every rank together (the same steps, then destroy_process_group): exit "
+             f"code {exit_codes.describe(code)}")  # fmt: skip
+        return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
+    reason = f"workers failed: exit code {exit_codes.describe(code)}"
+    _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
+         f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
+         "above")  # fmt: skip
+    return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc))
 
 
 def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:

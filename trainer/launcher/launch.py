@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
@@ -73,8 +74,8 @@ def _compile_problem(cfg: Config) -> str | None:
     rendezvous wait (workers that a user's own torchrun starts check it themselves)."""
     if cfg.train.compile == "off":
         return None
+    from kubeddp.trainer.devices import DistributedSetupError, choose_device
     from kubeddp.trainer.worker.compiled import compile_plan
-    from kubeddp.trainer.worker.distributed import DistributedSetupError, choose_device
 
     try:
         compile_plan(cfg.train.compile, choose_device(cfg.ddp, 0))
@@ -124,18 +125,6 @@ def node_flags(args: argparse.Namespace) -> NodeFlags:
         rdzv_endpoint=args.rdzv_endpoint,
         rdzv_id=args.rdzv_id,
     )
-
-
-def node_flags_argv(args: argparse.Namespace) -> list[str]:
-    """The multi-node flags as launch arguments (what `kubeddp train` forwards)."""
-    argv: list[str] = []
-    for option in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint"):
-        value = getattr(args, option)
-        if value is not None:
-            argv += ["--" + option.replace("_", "-"), str(value)]
-    if args.rdzv_id is not None:
-        argv += ["--rdzv-id", args.rdzv_id]
-    return argv
 
 
 def launch_parser() -> argparse.ArgumentParser:
@@ -225,9 +214,13 @@ def _worker_command(
 
 def launch_main(argv: list[str]) -> int:
     """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    return _with_end_signals(lambda: _launch(argv))
+
+
+def _with_end_signals(body: Callable[[], int]) -> int:
     previous = end_signals.install()
     try:
-        return _launch(argv)
+        return body()
     except Exception as exc:
         code = end_signals.exit_code_of(exc)
         if code is None:
@@ -239,93 +232,153 @@ def launch_main(argv: list[str]) -> int:
 
 def _launch(argv: list[str]) -> int:
     own, after_dash = _split_worker_args(argv)
-    args = launch_parser().parse_args(own)
+    return launch_with(launch_parser().parse_args(own), after_dash)
+
+
+@dataclass
+class LaunchPlan:
+    """What launch will do, decided before anything is touched (all a dry run prints)."""
+
+    rdzv: RendezvousPlan
+    options: argparse.Namespace  # --config/--set, for the built-in trainer or the runner
+    program: Program | None  # None: the built-in trainer
+    spawns: bool  # the program starts its own workers (mp.spawn): it runs once per node
+
+
+def launch_with(args: argparse.Namespace, after_dash: list[str]) -> int:
+    """plan -> preflight -> run, for `kubeddp launch` and `kubeddp train` alike: `args` holds
+    launch_parser's options, `after_dash` what followed `--`."""
     env = os.environ
     problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
     if problem:
-        _log(f"kubeddp launch: error: {problem}")
-        return exit_codes.BAD_INPUT
+        return _bad_input(problem)
     try:
-        options, program, worker_args = _worker_command(args, after_dash)
-        spawns = program is not None and program_spawns_workers(program, args.spawns_workers)
-        if spawns and args.nproc_per_node not in (None, "1"):
-            _log(f"[kubeddp] note: --nproc-per-node {args.nproc_per_node} ignored: the program "
-                 "starts its own workers; give their count to the program")  # fmt: skip
-        gpus = (
-            _gpu_count
-            if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
-            else (lambda: _env_number(env, constants.ENV_DRY_RUN_GPUS, int))
-        )
-        plan = plan_from_env(
-            env,
-            worker_args,
-            nproc_flag="1" if spawns else args.nproc_per_node,
-            max_restarts=args.max_restarts,
-            gpu_count=gpus,
-            worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
-            node_flags=node_flags(args),
-        )
-        refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
-        if refusal:
-            raise ProgramError(refusal)
+        launch_plan = plan_launch(args, after_dash, env)
     except (ConfigError, RendezvousError, ProgramError) as exc:
-        _log(f"kubeddp launch: error: {exc}")
-        return exit_codes.BAD_INPUT
+        return _bad_input(exc)
     if args.dry_run:
-        print(plan.to_json())
+        print(launch_plan.rdzv.to_json())
         return 0
     try:
-        # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
-        cfg = load_config_options(options, env)
-        problem = _compile_problem(cfg) if program is None else None
-        if problem:
-            raise ConfigError(problem)
-        deadline = args.rdzv_wait
-        if deadline is None:
-            deadline = _env_number(
-                env, constants.ENV_RDZV_WAIT_SECONDS, float, DEFAULT_RDZV_WAIT_SECONDS
-            )
-            if deadline > MAX_RDZV_WAIT_SECONDS:
-                raise RendezvousError(
-                    f"{constants.ENV_RDZV_WAIT_SECONDS}={deadline:g} is more than a week "
-                    f"({MAX_RDZV_WAIT_SECONDS:g} s); set a shorter wait"
-                )
+        cfg, deadline = preflight(args, launch_plan, env)
     except (ConfigError, RendezvousError) as exc:
-        _log(f"kubeddp launch: error: {exc}")
-        return exit_codes.BAD_INPUT
+        return _bad_input(exc)
+    return run_launch(launch_plan, cfg, deadline, env)
+
+
+def _bad_input(problem: object) -> int:
+    _log(f"kubeddp launch: error: {problem}")
+    return exit_codes.BAD_INPUT
+
+
+def plan_launch(
+    args: argparse.Namespace, after_dash: list[str], env: Mapping[str, str]
+) -> LaunchPlan:
+    """The rendezvous plan and the program; raises ConfigError, RendezvousError, ProgramError."""
+    options, program, worker_args = _worker_command(args, after_dash)
+    spawns = program is not None and program_spawns_workers(program, args.spawns_workers)
+    if spawns and args.nproc_per_node not in (None, "1"):
+        _log(f"[kubeddp] note: --nproc-per-node {args.nproc_per_node} ignored: the program "
+             "starts its own workers; give their count to the program")  # fmt: skip
+    gpus = (
+        _gpu_count
+        if not args.dry_run or env.get(constants.ENV_DRY_RUN_GPUS) is None
+        else (lambda: _env_number(env, constants.ENV_DRY_RUN_GPUS, int))
+    )
+    plan = plan_from_env(
+        env,
+        worker_args,
+        nproc_flag="1" if spawns else args.nproc_per_node,
+        max_restarts=args.max_restarts,
+        gpu_count=gpus,
+        worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
+        node_flags=node_flags(args),
+    )
+    refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
+    if refusal:
+        raise ProgramError(refusal)
+    return LaunchPlan(plan, options, program, spawns)
+
+
+def preflight(
+    args: argparse.Namespace, launch_plan: LaunchPlan, env: Mapping[str, str]
+) -> tuple[Config, float]:
+    """The config and the rendezvous wait, checked before any wait or process starts; raises
+    ConfigError or RendezvousError."""
+    # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
+    cfg = load_config_options(launch_plan.options, env)
+    problem = _compile_problem(cfg) if launch_plan.program is None else None
+    if problem:
+        raise ConfigError(problem)
+    return cfg, _rdzv_deadline(args.rdzv_wait, env)
+
+
+def _rdzv_deadline(flag: float | None, env: Mapping[str, str]) -> float:
+    """Seconds to wait for the rendezvous host: --rdzv-wait, else the env, else the default."""
+    if flag is not None:
+        return flag
+    deadline = _env_number(env, constants.ENV_RDZV_WAIT_SECONDS, float, DEFAULT_RDZV_WAIT_SECONDS)
+    if deadline > MAX_RDZV_WAIT_SECONDS:
+        raise RendezvousError(
+            f"{constants.ENV_RDZV_WAIT_SECONDS}={deadline:g} is more than a week "
+            f"({MAX_RDZV_WAIT_SECONDS:g} s); set a shorter wait"
+        )
+    return deadline
+
+
+def run_launch(
+    launch_plan: LaunchPlan, cfg: Config, deadline: float, env: Mapping[str, str]
+) -> int:
+    """Say the plan, then run: in this process under a user's torchrun, else torchrun's agent
+    in this pod (behind the checkpoint keeper, when there is one)."""
+    plan, program = launch_plan.rdzv, launch_plan.program
+    _say_plan(launch_plan)
+    if plan.source == "torchrun":  # this process is already one of torchrun's workers
+        return _run_as_torchrun_worker(program, cfg)
+    try:  # before the budget: the keeper holds the budget's record and the checkpoints
+        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
+        program_workdir(program, cfg, env)
+    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
+        return _keeper_failed(exc)
+    try:
+        refresh = sync.refresh if sync is not None else None
+        return _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
+    finally:
+        if sync is not None:  # the workers have exited: their last files go to the keeper
+            sync.finish(checkpoint_sync.FINISH_SECONDS)
+
+
+def _say_plan(launch_plan: LaunchPlan) -> None:
+    plan, program = launch_plan.rdzv, launch_plan.program
     _log(
         f"[kubeddp] rendezvous: {plan.source}, nodes {plan.nnodes}, {plan.nproc_per_node} "
         f"workers/node, endpoint {plan.rdzv_endpoint} ({plan.rdzv_backend})"
     )
     if program is not None:
         _log(f"[kubeddp] program: {program.command_line()}")
-    if spawns:
+    if launch_plan.spawns:
         _log("[kubeddp] the program starts its own workers (mp.spawn/mp.Process): it runs once")
-    if plan.source == "torchrun":  # this process is already one of torchrun's workers
-        if program is not None:
-            from kubeddp.trainer.worker.program import run_program
 
-            os.environ.update(resolved_config_env(cfg))  # the runner reads the SIGTERM grace
-            return run_program(program)
-        from kubeddp.trainer.worker.entry import run
 
-        return run(cfg)
-    try:  # before the budget: the keeper holds the budget's record and the checkpoints
-        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
-        program_workdir(program, cfg, env)
-    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
-        # the keeper's pod not up yet is retried (>= 128); a bad setting or dir is not
-        code = exit_codes.STORAGE_UNREACHABLE
-        if not isinstance(exc, checkpoint_sync.KeeperError):
-            code = exit_codes.BAD_INPUT
-        _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
-        write_termination_message(str(exc))
-        return code
-    try:
-        return _run_pod(plan, cfg, deadline, spawns, sync.refresh if sync is not None else None)
-    finally:
-        if sync is not None:  # the workers have exited: their last files go to the keeper
-            sync.finish(checkpoint_sync.FINISH_SECONDS)
+def _run_as_torchrun_worker(program: Program | None, cfg: Config) -> int:
+    if program is not None:
+        from kubeddp.trainer.worker.program import run_program
+
+        os.environ.update(resolved_config_env(cfg))  # the runner reads the SIGTERM grace
+        return run_program(program)
+    from kubeddp.trainer.worker.entry import run
+
+    return run(cfg)
+
+
+def _keeper_failed(exc: Exception) -> int:
+    """The keeper's pod not up yet is retried (>= 128); a bad setting or dir is not."""
+    code = exit_codes.STORAGE_UNREACHABLE
+    if not isinstance(exc, checkpoint_sync.KeeperError):
+        code = exit_codes.BAD_INPUT
+    _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+    write_termination_message(str(exc))
+    return code
 
 
 def _run_pod(
@@ -520,19 +573,19 @@ def train_main(argv: list[str]) -> int:
         if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
             for line in warned:
                 _log(f"kubeddp train: warning: {line}")
-    launch_args = []
-    if args.nproc:
-        launch_args += ["--nproc-per-node", str(args.nproc)]
-    if args.max_restarts is not None:
-        launch_args += ["--max-restarts", str(args.max_restarts)]
-    if args.dry_run:
-        launch_args.append("--dry-run")
-    launch_args += config_options_argv(args.config, args.overrides)
-    launch_args += node_flags_argv(args)
-    if args.script is not None:
-        launch_args += ["--script", args.script]
-    if args.module is not None:
-        launch_args += ["--module", args.module]
-    if args.spawns_workers is not None:
-        launch_args.append("--spawns-workers" if args.spawns_workers else "--no-spawns-workers")
-    return launch_main([*launch_args, "--", *after_dash])
+    return _with_end_signals(lambda: launch_with(_as_launch_options(args), after_dash))
+
+
+def _as_launch_options(args: argparse.Namespace) -> argparse.Namespace:
+    """`kubeddp train`'s parsed options under launch's names (launch's defaults for the rest)."""
+    options = launch_parser().parse_args([])
+    options.nproc_per_node = args.nproc or None
+    options.max_restarts = args.max_restarts
+    options.dry_run = args.dry_run
+    options.config = args.config or None
+    options.overrides = list(args.overrides)
+    options.script, options.module = args.script, args.module
+    options.spawns_workers = args.spawns_workers
+    for name in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id"):
+        setattr(options, name, getattr(args, name))
+    return options

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+    from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
 PREFIX = "kubeddp/rejoin"
 RETRY_SECONDS = 2.0

@@ -9,48 +9,15 @@ operators inject (tests/unit/test_rendezvous.py).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, torchrun_argv
-
-
-class RendezvousError(ValueError):
-    """The environment is inconsistent; the message names the variables and the fix."""
-
-
-@dataclass
-class RendezvousPlan:
-    source: str
-    nnodes: str  # "N" or "MIN:MAX"
-    nproc_per_node: int
-    node_rank: int | None  # None when elastic (torchrun assigns ranks)
-    rdzv_backend: str  # static | c10d | etcd | etcd-v2
-    rdzv_endpoint: str  # host:port
-    world_size: int | None  # None when elastic
-    rdzv_id: str = "kubeddp"
-    max_restarts: int = 0
-    rdzv_conf: str = ""
-    standalone: bool = False
-    in_kubernetes: bool = False
-    wait_for_host: bool = True  # wait for the endpoint's DNS name and TCP port before torchrun
-    argv: list[str] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        return self.rdzv_endpoint.rsplit(":", 1)[0]
-
-    @property
-    def port(self) -> int:
-        return int(self.rdzv_endpoint.rsplit(":", 1)[1])
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=False)
-
+from kubeddp.trainer.launcher.rendezvous_plan import RendezvousError, RendezvousPlan
+from kubeddp.trainer.launcher.user_input import check_plan
 
 MAX_COUNT = 2**31 - 1  # node counts, ranks, restarts: what torchrun's C ints hold
 _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits only: int() takes '٣' and '1_0'
@@ -261,10 +228,10 @@ def _plan_kubeddp_env(
     (node rank = JOB_COMPLETION_INDEX) and the Worker-only PyTorchJob (node rank from the
     replica-index label; the operator adds PET_NNODES and PET_NPROC_PER_NODE)."""
     rank_var = constants.ENV_NODE_RANK if source == "pytorchjob-workers" else "JOB_COMPLETION_INDEX"
-    nnodes_var = constants.ENV_INDEXEDJOB_NNODES
+    nnodes_var = constants.ENV_NNODES
     if not env.get(nnodes_var):
         raise RendezvousError(
-            f"{rank_var} and {constants.ENV_INDEXEDJOB_MASTER_ADDR} are set but {nnodes_var} is "
+            f"{rank_var} and {constants.ENV_MASTER_ADDR} are set but {nnodes_var} is "
             f"not; render the job with `kubeddp render {source.split('-')[0]}`"
         )
     nnodes = _int(env, nnodes_var, 1)
@@ -277,15 +244,15 @@ def _plan_kubeddp_env(
         )
     rank = _int(env, rank_var)
     nproc_var = next(
-        (v for v in (constants.ENV_INDEXEDJOB_NPROC, "PET_NPROC_PER_NODE") if env.get(v)),
-        constants.ENV_INDEXEDJOB_NPROC,
+        (v for v in (constants.ENV_NPROC_PER_NODE, "PET_NPROC_PER_NODE") if env.get(v)),
+        constants.ENV_NPROC_PER_NODE,
     )
     nproc = resolve_nproc(nproc_flag or env.get(nproc_var, "auto"), nproc_var, env, gpus)
     default_port = (
         constants.PYTORCHJOB_PORT if source == "pytorchjob-workers" else constants.INDEXEDJOB_PORT
     )
-    port = _port(env, constants.ENV_INDEXEDJOB_MASTER_PORT, default_port)
-    addr = env[constants.ENV_INDEXEDJOB_MASTER_ADDR]
+    port = _port(env, constants.ENV_MASTER_PORT, default_port)
+    addr = env[constants.ENV_MASTER_ADDR]
     return _static(source, env, nnodes, rank, nproc, addr, port, rank_var, nnodes_var)
 
 
@@ -349,13 +316,13 @@ def detect_source(env: Mapping[str, str]) -> str:
         return "pytorchjob"
     if env.get("PET_MASTER_ADDR") and "PET_NODE_RANK" in env and not has_master:
         return "trainjob"
-    if env.get(constants.ENV_INDEXEDJOB_MASTER_ADDR):
+    if env.get(constants.ENV_MASTER_ADDR):
         if constants.ENV_NODE_RANK in env:
             return "pytorchjob-workers"
         if "JOB_COMPLETION_INDEX" in env:
             return "indexedjob"
         raise RendezvousError(
-            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} is set but neither "
+            f"{constants.ENV_MASTER_ADDR} is set but neither "
             f"{constants.ENV_NODE_RANK} nor JOB_COMPLETION_INDEX says this pod's node rank; "
             "render the job with `kubeddp render`"
         )
@@ -366,9 +333,9 @@ def detect_source(env: Mapping[str, str]) -> str:
     if "PET_NNODES" in env:
         raise RendezvousError(
             f"PET_NNODES={env['PET_NNODES']} is set but no master address (MASTER_ADDR / "
-            f"PET_MASTER_ADDR / {constants.ENV_INDEXEDJOB_MASTER_ADDR}) nor PET_RDZV_ENDPOINT: "
+            f"PET_MASTER_ADDR / {constants.ENV_MASTER_ADDR}) nor PET_RDZV_ENDPOINT: "
             "render the PyTorchJob with `kubeddp render` (a Worker-only job gets "
-            f"{constants.ENV_INDEXEDJOB_MASTER_ADDR} and {constants.ENV_NODE_RANK}), or give it "
+            f"{constants.ENV_MASTER_ADDR} and {constants.ENV_NODE_RANK}), or give it "
             "a Master replica or an elasticPolicy"
         )
     if "RANK" in env or "WORLD_SIZE" in env:
@@ -519,8 +486,6 @@ def plan_from_env(
     worker_args`."""
     plan = _plan(env, list(worker_args or []), nproc_flag, max_restarts, gpu_count,
                  worker_module, node_flags)  # fmt: skip
-    from kubeddp.trainer.launcher.user_input import check_plan  # it imports RendezvousError
-
     check_plan(plan)
     return plan
 

@@ -13,10 +13,10 @@ import re
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from kubeddp.trainer.launcher.rendezvous import RendezvousError
+from kubeddp.trainer.launcher.rendezvous_plan import RendezvousError
 
 if TYPE_CHECKING:
-    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+    from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
 MAX_NPROC_PER_NODE = 1024  # workers on one node: more GPUs or cores than any node has
 MAX_NNODES = 100_000  # nodes in one job: beyond the largest Kubernetes clusters (~65k nodes)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+    from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
 
 class RendezvousHostUnreachable(RuntimeError):

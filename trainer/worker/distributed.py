@@ -19,10 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import DDPConfig
-
-
-class DistributedSetupError(RuntimeError):
-    pass
+from kubeddp.trainer.devices import DistributedSetupError, choose_device
 
 
 @dataclass
@@ -39,26 +36,6 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         return dist.is_available() and dist.is_initialized()
-
-
-def choose_device(cfg: DDPConfig, local_rank: int) -> torch.device:
-    want = cfg.device
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda":
-        if not torch.cuda.is_available():
-            raise DistributedSetupError(
-                "ddp.device=cuda but no CUDA device is visible; run with --gpus/nvidia.com/gpu "
-                "or set ddp.device=cpu"
-            )
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise DistributedSetupError(
-                f"LOCAL_RANK={local_rank} but only {count} CUDA devices are visible; "
-                "set nprocPerNode to at most the GPUs per node"
-            )
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def choose_backend(cfg: DDPConfig, device: torch.device) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from kubeddp.trainer import exit_codes
+from kubeddp.trainer.common import one_line  # noqa: F401 (its home until issue 26; tests import it here)
 
 # What gloo, NCCL and c10d put in the RuntimeErrors they raise when a peer or the network goes
 # away (gloo raises plain RuntimeErrors; torch.distributed.DistError covers the rest).
@@ -70,9 +71,3 @@ def exit_code_for(exc: BaseException) -> int:
     if is_peer_failure(exc):
         return exit_codes.PEER_FAILED
     return exit_codes.TRAINING_FAILED
-
-
-def one_line(exc: BaseException) -> str:
-    """`TypeName: first line of the message` (a gloo/NCCL message can run over many lines)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

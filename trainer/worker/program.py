@@ -21,9 +21,10 @@ import traceback
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.common import one_line
 from kubeddp.trainer.launcher import early_exit
 from kubeddp.trainer.worker import program_watch, stop_signal
-from kubeddp.trainer.worker.failures import exit_code_for, one_line
+from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
