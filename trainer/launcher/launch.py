@@ -451,6 +451,15 @@ def _rejoins(plan: RendezvousPlan) -> bool:
     return not plan.standalone and plan.nnodes != "1"
 
 
+def _worker_env(
+    cfg: Config, spawns: bool, diagnostics_env: Mapping[str, str] | None
+) -> dict[str, str]:
+    env = {**resolved_config_env(cfg), **(diagnostics_env or {})}
+    if spawns:
+        env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
+    return env
+
+
 def _train(
     plan: RendezvousPlan,
     cfg: Config,
@@ -466,9 +475,7 @@ def _train(
     exponential recreation delay (10 s doubling to 6 min) that ignored failures still grow."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    worker_env = {**resolved_config_env(cfg), **(diagnostics_env or {})}
-    if spawns:
-        worker_env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
+    worker_env = _worker_env(cfg, spawns, diagnostics_env)
     grace = cfg.checkpoint.preempt_grace_seconds
     rounds = (
         RendezvousRounds(plan, deadline)

@@ -111,6 +111,10 @@ class StallWatch:
             _write_termination_message(STALL_LINE + self.reports[-1].line)
         return code
 
+    def records(self) -> list[RankRecord]:
+        """Every local rank's progress record, as read now."""
+        return read_records(self.directory)
+
     def termination_line(self) -> str:
         """The newest stall report's one line (the pod's termination message)."""
         if not self.reports:
