@@ -129,47 +129,55 @@ SECTIONS = (
 )
 
 VALUES: tuple[Value, ...] = (
-    Value("nameOverride", JOB_NAME, "", "the chart name used in names and labels", JOB),
     Value(
-        "fullnameOverride",
-        JOB_NAME,
-        "",
-        "the job name: a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+        path="nameOverride",
+        schema=JOB_NAME,
+        default="",
+        doc="the chart name used in names and labels",
+        group=JOB,
+    ),
+    Value(
+        path="fullnameOverride",
+        schema=JOB_NAME,
+        default="",
+        doc="the job name: a DNS-1035 label (lower-case letters, digits and '-', starting with a "
         f"letter) of at most {MAX_JOB_NAME_LENGTH} characters; empty = the release's full name",
-        JOB,
-        (Flag(("--name",), help=f"job name, a DNS-1035 label (default {DEFAULT_JOB_NAME})"),),
+        group=JOB,
+        flags=(Flag(("--name",), help=f"job name, a DNS-1035 label (default {DEFAULT_JOB_NAME})"),),
     ),
     Value(
-        "namespaceOverride",
-        text(P.optional(P.DNS1123_LABEL), maxLength=63),
-        "",
-        "namespace written into every object; empty = none (the release's or kubectl's)",
-        JOB,
-        (Flag(("-n", "--namespace"), help="namespace of the objects (default: none written)"),),
+        path="namespaceOverride",
+        schema=text(P.optional(P.DNS1123_LABEL), maxLength=63),
+        default="",
+        doc="namespace written into every object; empty = none (the release's or kubectl's)",
+        group=JOB,
+        flags=(
+            Flag(("-n", "--namespace"), help="namespace of the objects (default: none written)"),
+        ),
     ),
     Value(
-        "managedBy",
-        choice(MANAGED_BY),
-        "Helm",
-        "who applies the objects: Helm (its labels; a created claim is kept on uninstall), or "
+        path="managedBy",
+        schema=choice(MANAGED_BY),
+        default="Helm",
+        doc="who applies the objects: Helm (its labels; a created claim is kept on uninstall), or "
         "kubeddp (`kubeddp render` sets it: plain manifests for kubectl and kubeddp submit)",
-        JOB,
+        group=JOB,
     ),
     Value(
-        "kind",
-        choice(KIND_NAMES),
-        KIND_NAMES[0],
-        _kind_doc(),
-        JOB,
-        (Flag(("KIND",), read="kind", help=_kind_doc(cli=True)),),
+        path="kind",
+        schema=choice(KIND_NAMES),
+        default=KIND_NAMES[0],
+        doc=_kind_doc(),
+        group=JOB,
+        flags=(Flag(("KIND",), read="kind", help=_kind_doc(cli=True)),),
     ),
     Value(
-        "image.repository",
-        text(P.IMAGE_REPOSITORY, minLength=1),
-        names.IMAGE_REPOSITORY,
-        "image repository",
-        POD,
-        (
+        path="image.repository",
+        schema=text(P.IMAGE_REPOSITORY, minLength=1),
+        default=names.IMAGE_REPOSITORY,
+        doc="image repository",
+        group=POD,
+        flags=(
             Flag(
                 ("--image",),
                 metavar="REF",
@@ -181,36 +189,36 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "image.tag",
-        text(P.IMAGE_TAG),
-        "",
-        "image tag; empty = the chart's appVersion (the kubeddp release)",
-        POD,
+        path="image.tag",
+        schema=text(P.IMAGE_TAG),
+        default="",
+        doc="image tag; empty = the chart's appVersion (the kubeddp release)",
+        group=POD,
     ),
     Value(
-        "image.digest",
-        text(P.IMAGE_DIGEST),
-        "",
-        "image digest, e.g. sha256:...; set = the image is pulled by digest, not by tag",
-        POD,
+        path="image.digest",
+        schema=text(P.IMAGE_DIGEST),
+        default="",
+        doc="image digest, e.g. sha256:...; set = the image is pulled by digest, not by tag",
+        group=POD,
     ),
     Value(
-        "image.pullPolicy",
-        choice(PULL_POLICIES, nullable=True),
-        None,
-        f"{', '.join(PULL_POLICIES)}; null = {DEFAULT_IMAGE_PULL_POLICY} (works with `kind load "
-        "docker-image`). TrainJob: must stay null (Trainer v2.3 has no field for it; the "
-        "runtime's container decides)",
-        POD,
-        (Flag(("--image-pull-policy",)),),
+        path="image.pullPolicy",
+        schema=choice(PULL_POLICIES, nullable=True),
+        default=None,
+        doc=f"{', '.join(PULL_POLICIES)}; null = {DEFAULT_IMAGE_PULL_POLICY} (works with "
+        "`kind load docker-image`). TrainJob: must stay null (Trainer v2.3 has no field for "
+        "it; the runtime's container decides)",
+        group=POD,
+        flags=(Flag(("--image-pull-policy",)),),
     ),
     Value(
-        "imagePullSecrets",
-        k8s_list("LocalObjectReference"),
-        [],
-        "Secrets for a private registry, e.g. [{name: regcred}]",
-        DATA,
-        (
+        path="imagePullSecrets",
+        schema=k8s_list("LocalObjectReference"),
+        default=[],
+        doc="Secrets for a private registry, e.g. [{name: regcred}]",
+        group=DATA,
+        flags=(
             Flag(
                 ("--image-pull-secret",),
                 read="list",
@@ -221,46 +229,46 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "nodes",
-        integer(minimum=1, nullable=True),
-        None,
-        "pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. PyTorchJob: nodes "
-        "Workers (with pytorchJob.masterReplica: one Master and nodes-1 Workers)",
-        JOB,
-        (Flag(("--nodes",), read="int"),),
+        path="nodes",
+        schema=integer(minimum=1, nullable=True),
+        default=None,
+        doc="pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. "
+        "PyTorchJob: nodes Workers (with pytorchJob.masterReplica: one Master and nodes-1 Workers)",
+        group=JOB,
+        flags=(Flag(("--nodes",), read="int"),),
     ),
     Value(
-        "nprocPerNode",
-        {
+        path="nprocPerNode",
+        schema={
             "oneOf": [
                 {"type": "null"},
                 {"type": "integer", "minimum": 1},
                 {"type": "string", "pattern": P.count_or(NPROC_WORDS).regex},
             ]
         },
-        None,
-        "worker processes per pod: a count, auto, cpu or gpu; null = gpusPerNode when > 0, else "
-        f"auto (on a CPU node auto starts {trainer.ENV_CPU_NPROC} workers, default 1: set it "
+        default=None,
+        doc="worker processes per pod: a count, auto, cpu or gpu; null = gpusPerNode when > 0, "
+        f"else auto (on a CPU node auto starts {trainer.ENV_CPU_NPROC} workers, default 1: set it "
         "under env)",
-        JOB,
-        (Flag(("--nproc-per-node",)),),
+        group=JOB,
+        flags=(Flag(("--nproc-per-node",)),),
     ),
     Value(
-        "gpusPerNode",
-        integer(minimum=0),
-        0,
-        f"GPUs per pod ({names.GPU_RESOURCE}, requested and limited); 0 = a CPU job (gloo)",
-        JOB,
-        (Flag(("--gpus-per-node",), read="int"),),
+        path="gpusPerNode",
+        schema=integer(minimum=0),
+        default=0,
+        doc=f"GPUs per pod ({names.GPU_RESOURCE}, requested and limited); 0 = a CPU job (gloo)",
+        group=JOB,
+        flags=(Flag(("--gpus-per-node",), read="int"),),
     ),
     Value(
-        "resources",
-        k8s("ResourceRequirements"),
-        {},
-        'CPU and memory of each pod, e.g. {requests: {cpu: "8", memory: 64Gi}}; the GPU count '
+        path="resources",
+        schema=k8s("ResourceRequirements"),
+        default={},
+        doc='CPU and memory of each pod, e.g. {requests: {cpu: "8", memory: 64Gi}}; the GPU count '
         "is added",
-        JOB,
-        (
+        group=JOB,
+        flags=(
             Flag(("--resources",), read="yaml-map", metavar="YAML|FILE"),
             resource("requests", "cpu", "--cpu", "CPU request per pod, e.g. 8"),
             resource("requests", "memory", "--memory", "memory request per pod, e.g. 64Gi"),
@@ -269,21 +277,21 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "shmSize",
-        QUANTITY,
-        "8Gi",
-        "size of the memory-backed /dev/shm (a pod's default 64 MB is too small for NCCL and "
+        path="shmSize",
+        schema=QUANTITY,
+        default="8Gi",
+        doc="size of the memory-backed /dev/shm (a pod's default 64 MB is too small for NCCL and "
         "DataLoader workers)",
-        JOB,
-        (Flag(("--shm-size",)),),
+        group=JOB,
+        flags=(Flag(("--shm-size",)),),
     ),
     Value(
-        "elastic.enabled",
-        boolean(),
-        False,
-        "an elastic PyTorchJob",
-        JOB,
-        (
+        path="elastic.enabled",
+        schema=boolean(),
+        default=False,
+        doc="an elastic PyTorchJob",
+        group=JOB,
+        flags=(
             Flag(
                 ("--elastic",),
                 metavar="MIN:MAX",
@@ -293,29 +301,37 @@ VALUES: tuple[Value, ...] = (
             ),
         ),
     ),
-    Value("elastic.minNodes", integer(minimum=1), 1, "fewest pods the job runs with", JOB),
-    Value("elastic.maxNodes", integer(minimum=1), 4, "most pods", JOB),
     Value(
-        "elastic.rdzvId",
-        text(P.RDZV_ID, maxLength=63),
-        "",
-        "rendezvous id (PET_RDZV_ID); empty = the job name",
-        JOB,
-        (Flag(("--rdzv-id",)),),
+        path="elastic.minNodes",
+        schema=integer(minimum=1),
+        default=1,
+        doc="fewest pods the job runs with",
+        group=JOB,
     ),
     Value(
-        "elastic.maxRestarts",
-        integer(minimum=0),
-        3,
-        "restarts of the worker group before the job fails (PET_MAX_RESTARTS)",
-        JOB,
-        (Flag(("--max-restarts",), read="int"),),
+        path="elastic.maxNodes", schema=integer(minimum=1), default=4, doc="most pods", group=JOB
     ),
     Value(
-        "restartPolicy",
-        choice(RESTART_POLICIES, nullable=True),
-        None,
-        f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
+        path="elastic.rdzvId",
+        schema=text(P.RDZV_ID, maxLength=63),
+        default="",
+        doc="rendezvous id (PET_RDZV_ID); empty = the job name",
+        group=JOB,
+        flags=(Flag(("--rdzv-id",)),),
+    ),
+    Value(
+        path="elastic.maxRestarts",
+        schema=integer(minimum=0),
+        default=3,
+        doc="restarts of the worker group before the job fails (PET_MAX_RESTARTS)",
+        group=JOB,
+        flags=(Flag(("--max-restarts",), read="int"),),
+    ),
+    Value(
+        path="restartPolicy",
+        schema=choice(RESTART_POLICIES, nullable=True),
+        default=None,
+        doc=f"what happens when a pod fails; null = {DEFAULT_RESTART_POLICY}: retry exit codes >= "
         f"{names.FIRST_RETRYABLE_EXIT_CODE} ({exit_codes.PREEMPTED} = preempted after "
         f"saving a checkpoint), fail on 1-{names.FIRST_RETRYABLE_EXIT_CODE - 1}. PyTorchJob "
         "ExitCode: training-operator v1.9 recreates the pod for every such code without end "
@@ -328,14 +344,14 @@ VALUES: tuple[Value, ...] = (
             for kind in KINDS.values()
             if kind.restart_policies
         ),
-        JOB,
-        (Flag(("--restart-policy",)),),
+        group=JOB,
+        flags=(Flag(("--restart-policy",)),),
     ),
     Value(
-        "backoffLimit",
-        integer(minimum=0, nullable=True),
-        None,
-        f"null = {DEFAULT_BACKOFF_LIMIT}. What it bounds differs by kind. PyTorchJob "
+        path="backoffLimit",
+        schema=integer(minimum=0, nullable=True),
+        default=None,
+        doc=f"null = {DEFAULT_BACKOFF_LIMIT}. What it bounds differs by kind. PyTorchJob "
         "(training-operator v1.9): restarts of Running pods only; with restartPolicy ExitCode "
         "it never bounds the recreations of pods that exit >= 128 (0 fails the job at the "
         "first failure). IndexedJob: failed pods summed over all pods, preemptions and a lost "
@@ -343,96 +359,96 @@ VALUES: tuple[Value, ...] = (
         "backoffLimit (counted pod failures summed over the pods) and the JobSet's "
         "failurePolicy.maxRestarts (restarts of the whole gang). On every kind launch's own "
         "budget, `retries.without_progress`, ends a job whose restarts make no progress",
-        JOB,
-        (Flag(("--backoff-limit",), read="int"),),
+        group=JOB,
+        flags=(Flag(("--backoff-limit",), read="int"),),
     ),
     Value(
-        "ttlSecondsAfterFinished",
-        integer(minimum=0, nullable=True),
-        None,
-        "delete the finished job after this many seconds; null = keep it",
-        JOB,
-        (Flag(("--ttl-seconds-after-finished",), read="int"),),
+        path="ttlSecondsAfterFinished",
+        schema=integer(minimum=0, nullable=True),
+        default=None,
+        doc="delete the finished job after this many seconds; null = keep it",
+        group=JOB,
+        flags=(Flag(("--ttl-seconds-after-finished",), read="int"),),
     ),
     Value(
-        "cleanPodPolicy",
-        choice(CLEAN_POD_POLICIES, nullable=True),
-        None,
-        f"PyTorchJob: pods deleted when the job ends: {', '.join(CLEAN_POD_POLICIES)}; null = "
+        path="cleanPodPolicy",
+        schema=choice(CLEAN_POD_POLICIES, nullable=True),
+        default=None,
+        doc=f"PyTorchJob: pods deleted when the job ends: {', '.join(CLEAN_POD_POLICIES)}; null = "
         f"{DEFAULT_CLEAN_POD_POLICY} (stops agents left waiting in torchrun's exit barrier)",
-        JOB,
-        (Flag(("--clean-pod-policy",)),),
+        group=JOB,
+        flags=(Flag(("--clean-pod-policy",)),),
     ),
     Value(
-        "terminationGracePeriodSeconds",
-        integer(minimum=0),
-        names.TERMINATION_GRACE_PERIOD_SECONDS,
-        "seconds between SIGTERM and SIGKILL; workers save a checkpoint within "
+        path="terminationGracePeriodSeconds",
+        schema=integer(minimum=0),
+        default=names.TERMINATION_GRACE_PERIOD_SECONDS,
+        doc="seconds between SIGTERM and SIGKILL; workers save a checkpoint within "
         f"{trainer.PREEMPT_GRACE_SECONDS} s of SIGTERM",
-        JOB,
-        (Flag(("--termination-grace-period-seconds",), read="int"),),
+        group=JOB,
+        flags=(Flag(("--termination-grace-period-seconds",), read="int"),),
     ),
     Value(
-        "pytorchJob.masterReplica",
-        boolean(),
-        False,
-        "PyTorchJob: a Master replica (rank 0) and nodes-1 Workers instead of nodes Workers. "
+        path="pytorchJob.masterReplica",
+        schema=boolean(),
+        default=False,
+        doc="PyTorchJob: a Master replica (rank 0) and nodes-1 Workers instead of nodes Workers. "
         "training-operator v1.9 then adds its init-pytorch container (alpine, no "
         "securityContext) to every Worker: Pod Security `restricted` rejects those pods and an "
         "air-gapped cluster cannot pull the image, unless the operator runs with "
         "--pytorch-init-container-image / --pytorch-init-container-template-file",
-        JOB,
-        (switch("--master-replica"),),
+        group=JOB,
+        flags=(switch("--master-replica"),),
     ),
     Value(
-        "trainJob.runtimeName",
-        text(P.DNS1123_SUBDOMAIN, maxLength=253),
-        DEFAULT_RUNTIME,
-        "the training runtime's name (with trainJob.ownRuntime false)",
-        JOB,
-        (Flag(("--runtime-name",)),),
+        path="trainJob.runtimeName",
+        schema=text(P.DNS1123_SUBDOMAIN, maxLength=253),
+        default=DEFAULT_RUNTIME,
+        doc="the training runtime's name (with trainJob.ownRuntime false)",
+        group=JOB,
+        flags=(Flag(("--runtime-name",)),),
     ),
     Value(
-        "trainJob.ownRuntime",
-        boolean(),
-        True,
-        "render a TrainingRuntime named after the job and run on it: the torch runtime with "
+        path="trainJob.ownRuntime",
+        schema=boolean(),
+        default=True,
+        doc="render a TrainingRuntime named after the job and run on it: the torch runtime with "
         "a JobSet failurePolicy (restart the gang when its Job fails, at most backoffLimit "
         "times; fail at once on exit codes 1-127) and a Job whose pods run restartPolicy Never "
         "under a pod failure policy that does not count a preemption or a lost peer's exit. "
         "false: trainJob.runtimeKind/runtimeName as installed (Trainer's torch-distributed: "
         "pods restart OnFailure, the Job's backoffLimit 6 counts restarts summed over all "
         "pods, and the first failed Job fails the TrainJob)",
-        JOB,
-        (switch("--own-runtime"),),
+        group=JOB,
+        flags=(switch("--own-runtime"),),
     ),
     Value(
-        "trainJob.runtimeKind",
-        choice(RUNTIME_KINDS),
-        RUNTIME_KINDS[0],
-        " or ".join(RUNTIME_KINDS) + " (namespaced)",
-        JOB,
-        (Flag(("--runtime-kind",)),),
+        path="trainJob.runtimeKind",
+        schema=choice(RUNTIME_KINDS),
+        default=RUNTIME_KINDS[0],
+        doc=" or ".join(RUNTIME_KINDS) + " (namespaced)",
+        group=JOB,
+        flags=(Flag(("--runtime-kind",)),),
     ),
     Value(
-        "env",
-        {**string_map(), "propertyNames": env_name(trainer.USER_ENV_SETTINGS)},
-        {},
-        'environment of the training container, NAME: "value" (strings: quote numbers, or use '
+        path="env",
+        schema={**string_map(), "propertyNames": env_name(trainer.USER_ENV_SETTINGS)},
+        default={},
+        doc='environment of the training container, NAME: "value" (strings: quote numbers, or use '
         "--set-string with helm). Not the names kubeddp, torchrun or the operator set "
         f"(KUBEDDP_* but {', '.join(trainer.USER_ENV_SETTINGS)}; PET_*, TORCHELASTIC_*, "
         "MASTER_ADDR/PORT, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, PATH)",
-        POD,
-        (pairs("--env"),),
+        group=POD,
+        flags=(pairs("--env"),),
     ),
     Value(
-        "extraEnv",
-        env_entries(trainer.USER_ENV_SETTINGS),
-        [],
-        "more env entries as Kubernetes EnvVar objects (valueFrom a Secret...); the same names "
+        path="extraEnv",
+        schema=env_entries(trainer.USER_ENV_SETTINGS),
+        default=[],
+        doc="more env entries as Kubernetes EnvVar objects (valueFrom a Secret...); the same names "
         "as `env` are refused, and each name once",
-        DATA,
-        (
+        group=DATA,
+        flags=(
             Flag(("--extra-env",), read="yaml-list", metavar="YAML|FILE"),
             Flag(
                 ("--env-secret",),
@@ -444,14 +460,14 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "envFrom",
-        k8s_list("EnvFromSource"),
-        [],
-        "every key of these Secrets/ConfigMaps as environment variables, e.g. [{secretRef: "
+        path="envFrom",
+        schema=k8s_list("EnvFromSource"),
+        default=[],
+        doc="every key of these Secrets/ConfigMaps as environment variables, e.g. [{secretRef: "
         "{name: s3-credentials}}] (not for a TrainJob: Trainer v2.3 has no envFrom; use "
         "extraEnv entries valueFrom a Secret key)",
-        DATA,
-        (
+        group=DATA,
+        flags=(
             Flag(
                 ("--env-from",),
                 read="list",
@@ -462,8 +478,8 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "volumes",
-        {
+        path="volumes",
+        schema={
             "type": "array",
             "items": data_volume(
                 P.DNS1123_LABEL,
@@ -471,14 +487,14 @@ VALUES: tuple[Value, ...] = (
                 P.paths_and_parents(names.RESERVED_MOUNT_PATHS),
             ),
         },
-        [],
-        "more volumes of the training container, each a Kubernetes volume (a name and one "
+        default=[],
+        doc="more volumes of the training container, each a Kubernetes volume (a name and one "
         f"source: {', '.join(VOLUME_SOURCES)}) with its mountPath, and readOnly/subPath; e.g. "
         "[{name: data, mountPath: /data, readOnly: true, persistentVolumeClaim: {claimName: "
         "datasets}}]. A mount may not hide kubeddp's paths or the image's (/dev/shm, "
         f"{trainer.CHECKPOINT_DIR}, {names.CONFIG_DIR}, /tmp, /opt/venv...)",
-        DATA,
-        (
+        group=DATA,
+        flags=(
             Flag(
                 ("--volume",),
                 read="list",
@@ -496,137 +512,138 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "podAnnotations",
-        string_map(P.QUALIFIED_NAME),
-        {},
-        "extra annotations of the training pods",
-        POD,
-        (pairs("--pod-annotation"),),
+        path="podAnnotations",
+        schema=string_map(P.QUALIFIED_NAME),
+        default={},
+        doc="extra annotations of the training pods",
+        group=POD,
+        flags=(pairs("--pod-annotation"),),
     ),
     Value(
-        "podLabels",
-        label_map(),
-        {},
-        "extra labels of the training pods",
-        POD,
-        (pairs("--pod-label"),),
+        path="podLabels",
+        schema=label_map(),
+        default={},
+        doc="extra labels of the training pods",
+        group=POD,
+        flags=(pairs("--pod-label"),),
     ),
     Value(
-        "nodeSelector",
-        label_map(),  # label keys and values, as the API server checks them
-        {},
-        "node selector of the pods",
-        SCHEDULING,
-        (pairs("--node-selector"),),
+        path="nodeSelector",
+        schema=label_map(),  # label keys and values, as the API server checks them
+        default={},
+        doc="node selector of the pods",
+        group=SCHEDULING,
+        flags=(pairs("--node-selector"),),
     ),
     Value(
-        "tolerations",
-        k8s_list("Toleration"),
-        [],
-        "tolerations of the pods",
-        SCHEDULING,
-        (Flag(("--tolerations",), read="yaml-list", metavar="YAML|FILE"),),
+        path="tolerations",
+        schema=k8s_list("Toleration"),
+        default=[],
+        doc="tolerations of the pods",
+        group=SCHEDULING,
+        flags=(Flag(("--tolerations",), read="yaml-list", metavar="YAML|FILE"),),
     ),
     Value(
-        "affinity",
-        k8s("Affinity"),
-        {},
-        "affinity of the pods",
-        SCHEDULING,
-        (Flag(("--affinity",), read="yaml-map", metavar="YAML|FILE"),),
+        path="affinity",
+        schema=k8s("Affinity"),
+        default={},
+        doc="affinity of the pods",
+        group=SCHEDULING,
+        flags=(Flag(("--affinity",), read="yaml-map", metavar="YAML|FILE"),),
     ),
     Value(
-        "priorityClassName",
-        text(P.optional(P.DNS1123_SUBDOMAIN)),
-        "",
-        "PriorityClass of the pods (PyTorchJob, IndexedJob; set it in the runtime for a TrainJob)",
-        SCHEDULING,
-        (Flag(("--priority-class",)),),
+        path="priorityClassName",
+        schema=text(P.optional(P.DNS1123_SUBDOMAIN)),
+        default="",
+        doc="PriorityClass of the pods (PyTorchJob, IndexedJob; set it in the runtime for a "
+        "TrainJob)",
+        group=SCHEDULING,
+        flags=(Flag(("--priority-class",)),),
     ),
     Value(
-        "istio.optOut",
-        boolean(),
-        True,
-        f'annotate pods {names.ISTIO_INJECT_ANNOTATION}: "false"',
-        SCHEDULING,
-        (switch("--istio-opt-out"),),
+        path="istio.optOut",
+        schema=boolean(),
+        default=True,
+        doc=f'annotate pods {names.ISTIO_INJECT_ANNOTATION}: "false"',
+        group=SCHEDULING,
+        flags=(switch("--istio-opt-out"),),
     ),
     Value(
-        "kueue.queueName",
-        text(P.optional(P.DNS1123_LABEL), maxLength=63),
-        "",
-        f"admit the job through this Kueue LocalQueue (label {names.KUEUE_QUEUE_LABEL})",
-        SCHEDULING,
-        (Flag(("--queue",)),),
+        path="kueue.queueName",
+        schema=text(P.optional(P.DNS1123_LABEL), maxLength=63),
+        default="",
+        doc=f"admit the job through this Kueue LocalQueue (label {names.KUEUE_QUEUE_LABEL})",
+        group=SCHEDULING,
+        flags=(Flag(("--queue",)),),
     ),
     Value(
-        "gang.scheduler",
-        choice(("", *GANG_SCHEDULERS)),
-        "",
-        '"" (off), ' + " or ".join(GANG_SCHEDULERS) + " (pods get its schedulerName)",
-        SCHEDULING,
-        (Flag(("--gang",)),),
+        path="gang.scheduler",
+        schema=choice(("", *GANG_SCHEDULERS)),
+        default="",
+        doc='"" (off), ' + " or ".join(GANG_SCHEDULERS) + " (pods get its schedulerName)",
+        group=SCHEDULING,
+        flags=(Flag(("--gang",)),),
     ),
     Value(
-        "gang.queue",
-        text(P.optional(P.DNS1123_LABEL)),
-        "",
-        "Volcano queue of the PodGroup; empty = the scheduler's default",
-        SCHEDULING,
-        (Flag(("--gang-queue",)),),
+        path="gang.queue",
+        schema=text(P.optional(P.DNS1123_LABEL)),
+        default="",
+        doc="Volcano queue of the PodGroup; empty = the scheduler's default",
+        group=SCHEDULING,
+        flags=(Flag(("--gang-queue",)),),
     ),
     Value(
-        "podSecurityContext",
-        k8s("PodSecurityContext"),
-        names.POD_SECURITY_CONTEXT,
-        f"the pods' security context: the restricted Pod Security Standard, uid/gid "
+        path="podSecurityContext",
+        schema=k8s("PodSecurityContext"),
+        default=names.POD_SECURITY_CONTEXT,
+        doc=f"the pods' security context: the restricted Pod Security Standard, uid/gid "
         f"{names.IMAGE_UID} (the image's user)",
-        POD,
-        (Flag(("--pod-security-context",), read="yaml-map", metavar="YAML|FILE"),),
+        group=POD,
+        flags=(Flag(("--pod-security-context",), read="yaml-map", metavar="YAML|FILE"),),
     ),
     Value(
-        "securityContext",
-        k8s("SecurityContext"),
-        names.CONTAINER_SECURITY_CONTEXT,
-        "the training container's security context: restricted, read-only root filesystem "
+        path="securityContext",
+        schema=k8s("SecurityContext"),
+        default=names.CONTAINER_SECURITY_CONTEXT,
+        doc="the training container's security context: restricted, read-only root filesystem "
         "(/tmp, /dev/shm and /checkpoints are volumes)",
-        POD,
-        (Flag(("--security-context",), read="yaml-map", metavar="YAML|FILE"),),
+        group=POD,
+        flags=(Flag(("--security-context",), read="yaml-map", metavar="YAML|FILE"),),
     ),
     Value(
-        "serviceAccount.create",
-        boolean(),
-        False,
-        "create a ServiceAccount for the pods",
-        POD,
-        (switch("--create-service-account"),),
+        path="serviceAccount.create",
+        schema=boolean(),
+        default=False,
+        doc="create a ServiceAccount for the pods",
+        group=POD,
+        flags=(switch("--create-service-account"),),
     ),
     Value(
-        "serviceAccount.name",
-        OPTIONAL_SUBDOMAIN,
-        "",
-        "the account to create or use; empty = the full name when created, else none (the "
+        path="serviceAccount.name",
+        schema=OPTIONAL_SUBDOMAIN,
+        default="",
+        doc="the account to create or use; empty = the full name when created, else none (the "
         "namespace default, token not mounted). A named account's token is mounted",
-        POD,
-        (Flag(("--service-account",)),),
+        group=POD,
+        flags=(Flag(("--service-account",)),),
     ),
     Value(
-        "serviceAccount.annotations",
-        string_map(P.QUALIFIED_NAME),
-        {},
-        "annotations of the created account (e.g. cloud workload identity)",
-        POD,
-        (pairs("--service-account-annotation"),),
+        path="serviceAccount.annotations",
+        schema=string_map(P.QUALIFIED_NAME),
+        default={},
+        doc="annotations of the created account (e.g. cloud workload identity)",
+        group=POD,
+        flags=(pairs("--service-account-annotation"),),
     ),
     Value(
-        "config",
-        config_json_schema(),
-        {},
-        "the trainer config file (sections workload, train, ddp, checkpoint, metrics; see "
+        path="config",
+        schema=config_json_schema(),
+        default={},
+        doc="the trainer config file (sections workload, train, ddp, checkpoint, metrics; see "
         f"docs/config-reference.md), shipped in a ConfigMap at {trainer.CONFIG_FILE}. "
         f"checkpoint.dir defaults to {trainer.CHECKPOINT_DIR}. Example: {{train: {{epochs: 3}}}}",
-        TRAINER,
-        (
+        group=TRAINER,
+        flags=(
             Flag(
                 ("--config",),
                 read="config-file",
@@ -642,39 +659,41 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "trainer.script",
-        text(maxLength=4096),
-        "",
-        "your training script: a Python file in the image (an absolute path, e.g. "
+        path="trainer.script",
+        schema=text(maxLength=4096),
+        default="",
+        doc="your training script: a Python file in the image (an absolute path, e.g. "
         "/app/train.py); empty = the built-in trainer",
-        TRAINER,
-        (Flag(("--script",), metavar="PATH", help="run this Python file of the image"),),
+        group=TRAINER,
+        flags=(Flag(("--script",), metavar="PATH", help="run this Python file of the image"),),
     ),
     Value(
-        "trainer.module",
-        text(P.optional(P.PYTHON_MODULE), maxLength=1024),
-        "",
-        "your training module (`python -m NAME`), installed in the image; empty = the built-in "
+        path="trainer.module",
+        schema=text(P.optional(P.PYTHON_MODULE), maxLength=1024),
+        default="",
+        doc="your training module (`python -m NAME`), installed in the image; empty = the built-in "
         "trainer",
-        TRAINER,
-        (Flag(("--module",), metavar="NAME", help="run this module of the image (python -m)"),),
+        group=TRAINER,
+        flags=(
+            Flag(("--module",), metavar="NAME", help="run this module of the image (python -m)"),
+        ),
     ),
     Value(
-        "trainer.spawnsWorkers",
-        {"type": ["boolean", "null"]},
-        None,
-        "your script starts its own workers (mp.spawn, mp.Process): launch runs it once, on one "
-        "node only; null = detected in the script",
-        TRAINER,
-        (switch("--spawns-workers"),),
+        path="trainer.spawnsWorkers",
+        schema={"type": ["boolean", "null"]},
+        default=None,
+        doc="your script starts its own workers (mp.spawn, mp.Process): launch runs it once, "
+        "on one node only; null = detected in the script",
+        group=TRAINER,
+        flags=(switch("--spawns-workers"),),
     ),
     Value(
-        "trainer.args",
-        {"type": "array", "items": {"type": "string"}},
-        [],
-        "the arguments of your script or module, as written (`kubeddp render ... -- ARGS`)",
-        TRAINER,
-        (
+        path="trainer.args",
+        schema={"type": "array", "items": {"type": "string"}},
+        default=[],
+        doc="the arguments of your script or module, as written (`kubeddp render ... -- ARGS`)",
+        group=TRAINER,
+        flags=(
             Flag(
                 (PROGRAM_ARGS,),
                 read="program-args",
@@ -683,104 +702,105 @@ VALUES: tuple[Value, ...] = (
         ),
     ),
     Value(
-        "checkpoints.existingClaim",
-        OPTIONAL_SUBDOMAIN,
-        "",
-        "mount this existing PersistentVolumeClaim instead of creating one",
-        TRAINER,
-        (Flag(("--checkpoint-pvc",), metavar="CLAIM"),),
+        path="checkpoints.existingClaim",
+        schema=OPTIONAL_SUBDOMAIN,
+        default="",
+        doc="mount this existing PersistentVolumeClaim instead of creating one",
+        group=TRAINER,
+        flags=(Flag(("--checkpoint-pvc",), metavar="CLAIM"),),
     ),
     Value(
-        "checkpoints.size",
-        text(P.optional(P.QUANTITY), nullable=True),
-        None,
-        f"size of the claim <job>-checkpoints that is created; null = {DEFAULT_CHECKPOINT_SIZE}",
-        TRAINER,
-        (Flag(("--checkpoint-size",), metavar="SIZE"),),
+        path="checkpoints.size",
+        schema=text(P.optional(P.QUANTITY), nullable=True),
+        default=None,
+        doc="size of the claim <job>-checkpoints that is created; "
+        f"null = {DEFAULT_CHECKPOINT_SIZE}",
+        group=TRAINER,
+        flags=(Flag(("--checkpoint-size",), metavar="SIZE"),),
     ),
     Value(
-        "checkpoints.storageClassName",
-        text(P.optional(P.DNS1123_SUBDOMAIN)),
-        "",
-        "StorageClass of the created claim; empty = the cluster's default",
-        TRAINER,
-        (Flag(("--storage-class",)),),
+        path="checkpoints.storageClassName",
+        schema=text(P.optional(P.DNS1123_SUBDOMAIN)),
+        default="",
+        doc="StorageClass of the created claim; empty = the cluster's default",
+        group=TRAINER,
+        flags=(Flag(("--storage-class",)),),
     ),
     Value(
-        "checkpoints.accessMode",
-        choice(CHECKPOINT_ACCESS_MODES, nullable=True),
-        None,
-        "access mode of the created claim; null = ReadWriteOnce, or ReadWriteMany when "
+        path="checkpoints.accessMode",
+        schema=choice(CHECKPOINT_ACCESS_MODES, nullable=True),
+        default=None,
+        doc="access mode of the created claim; null = ReadWriteOnce, or ReadWriteMany when "
         "storage is mount and the job has more than one pod. ReadWriteOnce and "
         "ReadWriteOncePod with several pods need storage keeper (the default)",
-        TRAINER,
-        (Flag(("--checkpoint-access-mode",)),),
+        group=TRAINER,
+        flags=(Flag(("--checkpoint-access-mode",)),),
     ),
     Value(
-        "checkpoints.storage",
-        choice(CHECKPOINT_STORAGE, nullable=True),
-        None,
-        "how the training pods reach the claim. keeper: one small pod (<job>-keeper, the same "
+        path="checkpoints.storage",
+        schema=choice(CHECKPOINT_STORAGE, nullable=True),
+        default=None,
+        doc="how the training pods reach the claim. keeper: one small pod (<job>-keeper, the same "
         "image) mounts it and serves it; each training pod keeps checkpoint.dir on an emptyDir, "
         "filled from the keeper before its workers start, and sends back what rank 0 writes: "
         "works with ReadWriteOnce storage, the default of EKS, GKE, AKS and kind. mount: every "
         "pod mounts the claim at checkpoint.dir (more than one pod: ReadWriteMany storage). "
         "null = keeper when the job has more than one pod, unless accessMode is ReadWriteMany; "
         "else mount",
-        TRAINER,
-        (Flag(("--checkpoint-storage",)),),
+        group=TRAINER,
+        flags=(Flag(("--checkpoint-storage",)),),
     ),
     Value(
-        "checkpoints.lostOnRetry",
-        boolean(),
-        False,
-        f"put {trainer.CHECKPOINT_DIR} on an emptyDir instead of a claim: checkpoints are lost "
+        path="checkpoints.lostOnRetry",
+        schema=boolean(),
+        default=False,
+        doc=f"put {trainer.CHECKPOINT_DIR} on an emptyDir instead of a claim: checkpoints are lost "
         "with the pod, so every retry (a recreated pod) and every preemption starts training "
         "from scratch",
-        TRAINER,
-        (switch("--checkpoints-lost-on-retry"),),
+        group=TRAINER,
+        flags=(switch("--checkpoints-lost-on-retry"),),
     ),
     Value(
-        "monitoring.podMonitor.enabled",
-        boolean(),
-        False,
-        f"create a PodMonitor scraping {names.METRICS_PATH} on port {names.METRICS_PORT_NAME} "
+        path="monitoring.podMonitor.enabled",
+        schema=boolean(),
+        default=False,
+        doc=f"create a PodMonitor scraping {names.METRICS_PATH} on port {names.METRICS_PORT_NAME} "
         f"({trainer.METRICS_PORT}) of every pod of the job",
-        MONITORING,
-        (switch("--podmonitor"),),
+        group=MONITORING,
+        flags=(switch("--podmonitor"),),
     ),
     Value(
-        "monitoring.podMonitor.labels",
-        label_map(),
-        {},
-        "extra labels, e.g. {release: kube-prometheus-stack} to match podMonitorSelector",
-        MONITORING,
-        (pairs("--podmonitor-label"),),
+        path="monitoring.podMonitor.labels",
+        schema=label_map(),
+        default={},
+        doc="extra labels, e.g. {release: kube-prometheus-stack} to match podMonitorSelector",
+        group=MONITORING,
+        flags=(pairs("--podmonitor-label"),),
     ),
     Value(
-        "monitoring.podMonitor.interval",
-        text(P.DURATION),
-        "",
-        "scrape interval, e.g. 15s; empty = Prometheus' default",
-        MONITORING,
-        (Flag(("--podmonitor-interval",)),),
+        path="monitoring.podMonitor.interval",
+        schema=text(P.DURATION),
+        default="",
+        doc="scrape interval, e.g. 15s; empty = Prometheus' default",
+        group=MONITORING,
+        flags=(Flag(("--podmonitor-interval",)),),
     ),
     Value(
-        "monitoring.dashboard.enabled",
-        boolean(),
-        False,
-        "ship the Grafana dashboard (dashboards/*.json) in a ConfigMap labelled "
+        path="monitoring.dashboard.enabled",
+        schema=boolean(),
+        default=False,
+        doc="ship the Grafana dashboard (dashboards/*.json) in a ConfigMap labelled "
         'grafana_dashboard: "1" for the Grafana sidecar',
-        MONITORING,
-        (switch("--dashboard"),),
+        group=MONITORING,
+        flags=(switch("--dashboard"),),
     ),
     Value(
-        "monitoring.dashboard.labels",
-        label_map(),
-        {},
-        "extra labels of the dashboard ConfigMap",
-        MONITORING,
-        (pairs("--dashboard-label"),),
+        path="monitoring.dashboard.labels",
+        schema=label_map(),
+        default={},
+        doc="extra labels of the dashboard ConfigMap",
+        group=MONITORING,
+        flags=(pairs("--dashboard-label"),),
     ),
 )
 
