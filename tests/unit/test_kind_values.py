@@ -1,6 +1,6 @@
 """Every chart value, for every kind, either lands in the kind's objects where its `takes`
 table (tools/kinds/<kind>.py) says, or is refused with one line, or (another kind's section)
-changes nothing. A value added to tools/chart_values.py that a kind's table forgets fails here."""
+changes nothing. A value added to tools/chart/values.py that a kind's table forgets fails here."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from kubeddp.tools.chart_values import VALUES
+from kubeddp.tools.chart.render import RenderError, render_documents
+from kubeddp.tools.chart.values import VALUES
 from kubeddp.tools.helm_engine import merge_values
 from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused
-from kubeddp.tools.render import RenderError, render_documents
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeddp.tools.patterns import DNS1035
+from kubeddp.tools.chart.patterns import DNS1035
 from kubeddp.tools.resources import Resource
 
 Issue = tuple[str, str]  # (field path, message)

@@ -1,16 +1,16 @@
 """The Helm chart's values, defined once: path, schema, default, doc, `kubeddp render` flags.
 
-`make chart` (tools/gen_chart.py) writes values.yaml, values.schema.json and the chart README's
+`make chart` (tools/chart/generate.py) writes values.yaml, values.schema.json and the chart README's
 values table from `VALUES`; `kubeddp render` builds its options from the flags below and maps
-what the user gave onto these values (tools/render_options.py). A flag sets the value it is
+what the user gave onto these values (tools/chart/render_options.py). A flag sets the value it is
 attached to, or the paths in `sets` through `convert` where it is not 1:1.
 """
 
 from __future__ import annotations
 
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools import patterns as P
-from kubeddp.tools.chart_value_types import (
+from kubeddp.tools.chart import patterns as P
+from kubeddp.tools.chart.value_types import (
     VOLUME_SOURCES,
     Flag,
     Section,
