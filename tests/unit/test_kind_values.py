@@ -126,6 +126,11 @@ def objects(kind: JobKind, values: dict[str, Any]) -> dict[str, dict]:
 SETTABLE = [value.path for value in VALUES if value.path != "kind"]
 
 
+def untabled(kind: JobKind) -> list[str]:
+    """Chart values the kind's table forgets, and entries for values the chart lacks."""
+    return sorted(set(SETTABLE) ^ set(kind.takes))
+
+
 def test_every_value_has_a_sample() -> None:
     """A new chart value needs a sample here, or the test below cannot set it."""
     assert sorted(SAMPLES) == sorted(SETTABLE)
@@ -134,7 +139,7 @@ def test_every_value_has_a_sample() -> None:
 @pytest.mark.parametrize("kind", KINDS.values(), ids=lambda kind: kind.name)
 def test_every_kind_says_how_it_takes_every_value(kind: JobKind) -> None:
     """A value a kind's table forgets (or one it names that the chart lacks) fails here."""
-    assert sorted(kind.takes) == sorted(SETTABLE), f"tools/kinds/{kind.name}.py TAKES"
+    assert untabled(kind) == [], f"tools/kinds/{kind.name}.py TAKES"
 
 
 @pytest.mark.parametrize(
