@@ -63,7 +63,7 @@ bench-gpu: setup
 # templates/_constants.tpl and README values table, docs/config-reference.md, and the
 # validation schemas in tools/schemas.
 chart: setup
-	$(BIN)/python -m kubeddp.tools.gen_chart
+	$(BIN)/python -m kubeddp.tools.chart.generate
 	$(BIN)/python -m kubeddp.tools.gen_schemas
 
 # k8s/ is rendered from the chart.

@@ -123,8 +123,8 @@ def _kube_namespace(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kubeddp.tools.chart.render_options import add_render_options
     from kubeddp.tools.kinds import KINDS
-    from kubeddp.tools.render_options import add_render_options
 
     parser = OneLineErrorParser(
         prog="kubeddp", description="PyTorch DDP training on a laptop, in Docker, on Kubernetes."
@@ -278,10 +278,10 @@ def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
 
 def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dict], int]:
     """Render options -> validated documents, or ([], exit code) after printing the error."""
-    from kubeddp.tools.chart_value_types import OptionError
+    from kubeddp.tools.chart.render import RenderError, render_documents
+    from kubeddp.tools.chart.render_options import values_from_args
+    from kubeddp.tools.chart.value_types import OptionError
     from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.render import RenderError, render_documents
-    from kubeddp.tools.render_options import values_from_args
     from kubeddp.tools.validate import validate_documents
 
     notes: list[str] = []
@@ -311,7 +311,7 @@ def _print_warnings(command: str, docs: list[dict], source: str) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from kubeddp.tools.render import to_json, to_yaml
+    from kubeddp.tools.chart.render import to_json, to_yaml
 
     docs, code = _checked_documents(args, "render")
     if code:
@@ -393,8 +393,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from kubeddp.tools import jobs
+    from kubeddp.tools.chart.render import to_yaml
     from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.render import to_yaml
     from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
 
     if args.filename and args.kind:

@@ -1,6 +1,6 @@
 """docs/exit-codes.md: every exit code in trainer/exit_codes.TABLE and who retries it.
 
-Written by `make chart` (tools/gen_chart.py) and checked to be current by a unit test. Who
+Written by `make chart` (tools/chart/generate.py) and checked to be current by a unit test. Who
 retries a training pod's code is the operators' rule, not kubeddp's: PyTorchJob
 `restartPolicy: ExitCode` recreates the pod for codes >= 128 and never counts that against
 backoffLimit; the Indexed Job kubeddp renders, and the Job of the TrainingRuntime it renders

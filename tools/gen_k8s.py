@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
+from kubeddp.tools.chart.render import render_documents, to_yaml
+from kubeddp.tools.chart.render_options import values_from_args
 from kubeddp.tools.fleet_podmonitor import build_fleet_podmonitor
 from kubeddp.tools.generated_files import write_or_check
 from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
 from kubeddp.tools.rbac import build_rbac
-from kubeddp.tools.render import render_documents, to_yaml
-from kubeddp.tools.render_options import values_from_args
 from kubeddp.tools.validate import validate_documents
 
 GPU_NODE = (

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kubeddp.tools import kubeconfig as _kubeconfig
+from kubeddp.tools.chart.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
 from kubeddp.trainer import exit_codes
 

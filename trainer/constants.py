@@ -74,7 +74,7 @@ ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
 ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
-# kubeddp's own (the chart's schema reserves them: tools/patterns.py RESERVED_ENV_NAME).
+# kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
     ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",

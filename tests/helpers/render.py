@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from kubeddp.tools.chart.render import render_documents
+from kubeddp.tools.chart.render_options import values_from_args
 from kubeddp.tools.cli import parse_command
-from kubeddp.tools.render import render_documents
-from kubeddp.tools.render_options import values_from_args
 
 
 def render_job(*argv: str) -> list[dict]:

@@ -17,7 +17,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.tools.chart_values import BY_PATH
+from kubeddp.tools.chart.values import BY_PATH
 from kubeddp.tools.kinds import KINDS
 
 REPO = Path(__file__).resolve().parents[2]

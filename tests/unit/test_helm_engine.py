@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kubeddp.tools import helm_engine
-from kubeddp.tools.render import RenderError, chart_dir
+from kubeddp.tools.chart.render import RenderError, chart_dir
 from tests.helpers import helm_cli
 from tests.helpers.helm_cli import RELEASES
 from tests.helpers.render import render_job

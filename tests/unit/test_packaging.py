@@ -53,7 +53,7 @@ def test_render_uses_the_chart_in_the_wheel(wheel: Path, tmp_path: Path) -> None
     script = textwrap.dedent(
         f"""
         from kubeddp.tools.cli import main
-        from kubeddp.tools.render import chart_dir
+        from kubeddp.tools.chart.render import chart_dir
         assert str(chart_dir()).startswith({str(site)!r}), chart_dir()
         raise SystemExit(main(["render", "indexedjob", "--validate-against", "offline"]))
         """

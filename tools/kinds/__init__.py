@@ -1,8 +1,9 @@
 """The job kinds kubeddp runs, one module each (like Kubeflow Trainer's plugin per framework).
 
 A kind module defines `KIND = JobKind(...)`: its REST resource, the names its operator uses
-(container, pod labels), which chart values it cannot take, how to read its status, and the
-admission rules its operator enforces. Its manifest is its template in the Helm chart
+(container, pod labels), `takes`: every chart value and where it lands in the kind's objects
+(or why the kind refuses or ignores it), how to read its status, and the admission rules its
+operator enforces. Its manifest is its template in the Helm chart
 (charts/kubeddp/templates/<name>.yaml); the chart reads the facts below from the generated
 templates/_constants.tpl. Adding a kind: a module here and a template there, then `make chart`.
 """
@@ -15,10 +16,37 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeddp.tools.patterns import DNS1035
+from kubeddp.tools.chart.patterns import DNS1035
 from kubeddp.tools.resources import Resource
 
 Issue = tuple[str, str]  # (field path, message)
+
+
+@dataclass(frozen=True)
+class Lands:
+    """A chart value the kind takes: the objects (by resource kind) that setting it changes."""
+
+    objects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A chart value the kind cannot take: `kubeddp render` stops with `why` when it is set.
+    `by`: the value whose rule refuses it (a section's switch); empty: this value's own rule."""
+
+    why: str
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Another kind's setting, read only by that kind's template (its default is not empty, so
+    refusing it would refuse every job)."""
+
+    why: str
+
+
+Takes = Mapping[str, Lands | Refused | Ignored]  # chart value path -> how it lands
 # Longest a job name may be so that derived names (<job>-master-0, <job>-config...) stay valid.
 MAX_JOB_NAME_LENGTH = 40
 
@@ -45,9 +73,18 @@ class JobKind:
     rendezvous_port_name: str = ""  # "" when the runtime, not kubeddp, declares the port
     restart_policies: tuple[str, ...] = ()
     nproc_words: tuple[str, ...] = ("auto", "cpu", "gpu")
-    unsupported: Mapping[str, str] = field(default_factory=dict)  # chart value -> why not
+    takes: Takes = field(default_factory=dict)  # every chart value but `kind` (tests check)
     companions: tuple[Resource, ...] = ()  # more objects named after the job (deleted with it)
     chart_facts: Mapping[str, Any] = field(default_factory=dict)  # more names its template uses
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """The values the chart's own rule refuses for this kind: value path -> why."""
+        return {
+            path: how.why
+            for path, how in self.takes.items()
+            if isinstance(how, Refused) and not how.by
+        }
 
     @property
     def declares_ports(self) -> bool:

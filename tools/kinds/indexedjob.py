@@ -11,12 +11,14 @@ from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kinds import (
     Issue,
     JobKind,
+    Lands,
+    Takes,
     mapping,
     name_issues,
     pod_count_lines,
     sequence,
+    values,
 )
-from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
 from kubeddp.tools.resources import SERVICE, Resource
 from kubeddp.trainer import constants as trainer
 
@@ -24,6 +26,26 @@ CONTAINER = "trainer"
 PORT_NAME = "rendezvous"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 RESTART_POLICIES = ("ExitCode", "OnFailure", "Never")
+JOB = "Job"  # the Indexed Job holds the pod template
+EVERY_OBJECT = (values.CONFIG_MAP, values.CLAIM, "Service", JOB)  # Service: the headless one
+# Every chart value: where it lands (tests/unit/test_kind_values.py sets each one).
+TAKES: Takes = {
+    **values.common(JOB, JOB, EVERY_OBJECT),
+    **values.ONLY_FOR_PYTORCHJOB,
+    **{
+        path: Lands((JOB,))
+        for path in (
+            "image.pullPolicy",
+            "nprocPerNode",
+            "restartPolicy",
+            "backoffLimit",
+            "ttlSecondsAfterFinished",
+            "envFrom",
+            "priorityClassName",
+        )
+    },
+    **values.ONLY_FOR_TRAINJOB,
+}
 
 
 def admission_issues(doc: dict) -> list[Issue]:
@@ -77,7 +99,7 @@ KIND = JobKind(
     chart_kind="IndexedJob",
     position=2,
     help="a batch/v1 Indexed Job and a headless Service: needs no operator",
-    resource=Resource("Job", "batch", "v1", "jobs"),
+    resource=Resource(JOB, "batch", "v1", "jobs"),
     container=CONTAINER,
     job_name_label=JOB_NAME_LABEL,
     index_labels=(names.JOB_COMPLETION_INDEX_LABEL,),
@@ -88,7 +110,7 @@ KIND = JobKind(
     replica_selector=lambda replica: f"{names.JOB_COMPLETION_INDEX_LABEL}={replica}",
     admission_issues=admission_issues,
     restart_policies=RESTART_POLICIES,
-    unsupported=ONLY_FOR_PYTORCHJOB,
+    takes=TAKES,
     companions=(SERVICE,),
     chart_facts={
         "masterAddrEnv": trainer.ENV_INDEXEDJOB_MASTER_ADDR,

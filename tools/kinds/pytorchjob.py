@@ -9,7 +9,16 @@ open, before the controller would misbehave).
 from __future__ import annotations
 
 from kubeddp.tools import schema_checks
-from kubeddp.tools.kinds import Issue, JobKind, container_names, mapping, name_issues
+from kubeddp.tools.kinds import (
+    Issue,
+    JobKind,
+    Lands,
+    Takes,
+    container_names,
+    mapping,
+    name_issues,
+    values,
+)
 from kubeddp.tools.resources import Resource
 from kubeddp.trainer import constants as trainer
 
@@ -31,12 +40,19 @@ ELASTIC_RDZV_BACKEND = "c10d"
 # gang.scheduler value -> the pods' schedulerName
 GANG_SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 REPLICAS = "spec.pytorchReplicaSpecs"
-# Chart values only a PyTorchJob takes; other kinds refuse them (JobKind.unsupported).
-ONLY_FOR_PYTORCHJOB = {
-    "elastic.enabled": "its node count is fixed; use kind PyTorchJob for an elastic job",
-    "gang.scheduler": "use `kueue.queueName` to admit the job as a whole",
-    "cleanPodPolicy": "it is a PyTorchJob field; leave it null",
-    "pytorchJob.masterReplica": "it is a PyTorchJob replica; leave it false",
+RESOURCE_KIND = "PyTorchJob"  # its pods are in its replica specs
+# Every chart value: where it lands (tests/unit/test_kind_values.py sets each one).
+TAKES: Takes = {
+    **values.common(RESOURCE_KIND, RESOURCE_KIND, (values.CONFIG_MAP, values.CLAIM, RESOURCE_KIND)),
+    **{path: Lands((RESOURCE_KIND,)) for path in values.ONLY_FOR_PYTORCHJOB},
+    "image.pullPolicy": Lands((RESOURCE_KIND,)),
+    "nprocPerNode": Lands((RESOURCE_KIND,)),
+    "restartPolicy": Lands((RESOURCE_KIND,)),
+    "backoffLimit": Lands((RESOURCE_KIND,)),
+    "ttlSecondsAfterFinished": Lands((RESOURCE_KIND,)),
+    "envFrom": Lands((RESOURCE_KIND,)),
+    "priorityClassName": Lands((RESOURCE_KIND,)),
+    **values.ONLY_FOR_TRAINJOB,
 }
 
 
@@ -171,7 +187,7 @@ KIND = JobKind(
     chart_kind="PyTorchJob",
     position=0,
     help="Kubeflow Training Operator v1; elastic too",
-    resource=Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
+    resource=Resource(RESOURCE_KIND, "kubeflow.org", "v1", "pytorchjobs"),
     container=CONTAINER,
     job_name_label=JOB_NAME_LABEL,
     index_labels=(REPLICA_TYPE_LABEL, REPLICA_INDEX_LABEL),
@@ -185,6 +201,7 @@ KIND = JobKind(
     schema_issues=schema_checks.pytorchjob_issues,
     install_hint=INSTALL,
     restart_policies=RESTART_POLICIES,
+    takes=TAKES,
     chart_facts={
         "gangSchedulers": GANG_SCHEDULERS,
         "elasticRdzvBackend": ELASTIC_RDZV_BACKEND,

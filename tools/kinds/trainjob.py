@@ -15,12 +15,15 @@ from kubeddp.tools.k8s_names import JOB_COMPLETION_INDEX_LABEL
 from kubeddp.tools.kinds import (
     Issue,
     JobKind,
+    Lands,
+    Refused,
+    Takes,
     container_names,
     mapping,
     name_issues,
     sequence,
+    values,
 )
-from kubeddp.tools.kinds.pytorchjob import ONLY_FOR_PYTORCHJOB
 from kubeddp.tools.resources import TRAINING_RUNTIME, Resource
 from kubeddp.trainer import constants as trainer
 
@@ -54,6 +57,30 @@ NO_RUNTIME_PATCH = (
     "Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, "
     "or use kind PyTorchJob"
 )
+
+JOB = RESOURCE.kind  # the TrainJob holds the pod fields (spec.trainer, runtimePatches)
+RUNTIME = TRAINING_RUNTIME.kind  # the runtime kubeddp renders (trainJob.ownRuntime)
+# Every chart value: where it lands (tests/unit/test_kind_values.py sets each one).
+TAKES: Takes = {
+    **values.common(JOB, JOB, (values.CONFIG_MAP, values.CLAIM, JOB, RUNTIME)),
+    **values.ONLY_FOR_PYTORCHJOB,
+    "nprocPerNode": Lands((JOB,)),
+    "backoffLimit": Lands((RUNTIME,)),
+    "trainJob.ownRuntime": Lands((JOB, RUNTIME)),
+    "trainJob.runtimeName": Lands((JOB,)),  # with ownRuntime false
+    "trainJob.runtimeKind": Lands((JOB,)),  # with ownRuntime false
+    "restartPolicy": Refused(NO_RUNTIME_PATCH),
+    "ttlSecondsAfterFinished": Refused(NO_RUNTIME_PATCH),
+    "priorityClassName": Refused(NO_RUNTIME_PATCH),
+    "image.pullPolicy": Refused(
+        "Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set "
+        "it): the runtime's container decides; leave it unset"
+    ),
+    "envFrom": Refused(
+        "Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use "
+        "--env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob"
+    ),
+}
 
 
 def _patch_container_issues(spec: dict) -> list[Issue]:
@@ -126,16 +153,7 @@ KIND = JobKind(
     install_hint=INSTALL,
     companions=(TRAINING_RUNTIME,),
     nproc_words=("auto",),  # numProcPerNode is an integer; unset = the runtime decides
-    unsupported={
-        **ONLY_FOR_PYTORCHJOB,
-        "restartPolicy": NO_RUNTIME_PATCH,
-        "ttlSecondsAfterFinished": NO_RUNTIME_PATCH,
-        "priorityClassName": NO_RUNTIME_PATCH,
-        "image.pullPolicy": "Trainer v2.3 has no field for it (trainer.image only, and "
-        "runtimePatches cannot set it): the runtime's container decides; leave it unset",
-        "envFrom": "Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use "
-        "--env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob",
-    },
+    takes=TAKES,
     chart_facts={
         "replicatedJob": REPLICATED_JOB,
         "runtimePatchManager": RUNTIME_PATCH_MANAGER,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubeddp.tools import patterns as P
+from kubeddp.tools.chart import patterns as P
 
 Converter = Callable[[Any], dict[str, Any]]
 
@@ -83,7 +83,8 @@ def choice(options: tuple, nullable: bool = False) -> dict[str, Any]:
 
 
 def k8s(definition: str) -> dict[str, Any]:
-    """A Kubernetes type: its definition comes from kubernetes-validate (tools/gen_chart.py)."""
+    """A Kubernetes type: its definition comes from kubernetes-validate (see
+    tools/chart/generate.py)."""
     return {"$ref": f"#/definitions/io.k8s.api.core.v1.{definition}"}
 
 

@@ -1,11 +1,11 @@
 """Regenerate the chart's files and the config reference from Python (`make chart`).
 
-From tools/chart_values.py: values.yaml, values.schema.json (Kubernetes types from the
+From tools/chart/values.py: values.yaml, values.schema.json (Kubernetes types from the
 kubernetes-validate package at the pinned version), the values table of the chart's README;
 from the kinds and the shared names: templates/_constants.tpl; from trainer/config.py:
 docs/config-reference.md; from trainer/exit_codes.py: docs/exit-codes.md. `--check` compares
 only and exits 1 on drift (a unit test runs it).
-Usage: python -m kubeddp.tools.gen_chart [--root DIR] [--check]
+Usage: python -m kubeddp.tools.chart.generate [--root DIR] [--check]
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import Any
 
 import yaml
 
-from kubeddp.tools import chart_values as CV
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools.chart_value_types import VOLUME_SOURCES, Value
+from kubeddp.tools.chart import values as CV
+from kubeddp.tools.chart.patterns import DNS1035, QUANTITY
+from kubeddp.tools.chart.value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
 from kubeddp.tools.generated_files import write_or_check
 from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
-from kubeddp.tools.patterns import DNS1035, QUANTITY
 from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
@@ -74,7 +74,7 @@ def values_yaml() -> str:
         "# Values of the kubeddp chart. values.schema.json checks every key: a typo or a wrong",
         "# type fails `helm install` before anything reaches the cluster. `kubeddp render` sets",
         "# the same values from its options (the table in README.md).",
-        *_comment(_generated_by("kubeddp/tools/chart_values.py"), "", "# "),
+        *_comment(_generated_by("kubeddp/tools/chart/values.py"), "", "# "),
     ]
     docs = {section.path: section.doc for section in CV.SECTIONS}
     opened: list[str] = []  # the mapping keys we are inside
@@ -183,7 +183,7 @@ def values_schema() -> dict[str, Any]:
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "kubeddp chart values",
-        "$comment": _generated_by("kubeddp/tools/chart_values.py"),
+        "$comment": _generated_by("kubeddp/tools/chart/values.py"),
         "type": "object",
         "additionalProperties": False,
         "properties": root,
@@ -318,7 +318,7 @@ def constants_tpl() -> str:
         "{{/*\n"
         "Names and facts the templates share with kubeddp's Python code (the kinds in\n"
         "kubeddp/tools/kinds, kubeddp/tools/k8s_names.py, kubeddp/trainer/constants.py).\n"
-        f"{_generated_by('kubeddp/tools/gen_chart.py')}\n"
+        f"{_generated_by('kubeddp/tools/chart/generate.py')}\n"
         'Use: $c := include "kubeddp.constants" . | fromYaml\n'
         "*/}}\n"
         '{{- define "kubeddp.constants" -}}\n'
@@ -384,7 +384,7 @@ def generated_files(root: Path) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kubeddp.tools.gen_chart")
+    parser = argparse.ArgumentParser(prog="python -m kubeddp.tools.chart.generate")
     parser.add_argument("--root", default=".", help="the repository (default: .)")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
     args = parser.parse_args(argv)

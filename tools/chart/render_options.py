@@ -1,6 +1,6 @@
 """The `kubeddp render` options, made from the chart's value definitions, and their values.
 
-`add_render_options` adds one option per `Flag` of tools/chart_values.py; `values_from_args`
+`add_render_options` adds one option per `Flag` of tools/chart/values.py; `values_from_args`
 turns what the user gave into chart values (only those: the chart's defaults do the rest) and
 records which option set each value, so an error names the option.
 """
@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kubeddp.tools.chart_value_types import Flag, OptionError, Value
-from kubeddp.tools.chart_values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
+from kubeddp.tools.chart.value_types import Flag, OptionError, Value
+from kubeddp.tools.chart.values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
 from kubeddp.tools.kinds import KINDS
 from kubeddp.trainer import yaml_io
 from kubeddp.trainer.config import ConfigError, config_from_dict, parse_override

@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
-from kubeddp.tools import helm_engine, patterns
-from kubeddp.tools.chart_values import option_for
-from kubeddp.tools.render_options import Provenance
+from kubeddp.tools import helm_engine
+from kubeddp.tools.chart import patterns
+from kubeddp.tools.chart.render_options import Provenance
+from kubeddp.tools.chart.values import option_for
 from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 

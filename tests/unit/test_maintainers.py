@@ -1,0 +1,84 @@
+"""docs/maintainers.md: every file its recipes name exists, and each recipe's check catches the
+step a maintainer forgets (a kind's table entry, a metric's docs row, a workload's docs row)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from kubeddp.tools.kinds import KINDS
+from kubeddp.trainer.config import WorkloadConfig, workload_names
+from kubeddp.trainer.workloads import build_workload
+from tests.unit.test_kind_values import untabled
+from tests.unit.test_metrics_readme import documented_tables, exported
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "docs" / "maintainers.md"
+WORKLOADS_PAGE = REPO / "docs" / "workloads.md"
+EXAMPLES = "kubeddp.trainer.workloads.examples"
+pytestmark = pytest.mark.timeout(120)
+
+
+def named_files() -> list[str]:
+    """The repository paths the recipes name in backticks."""
+    text = RECIPES.read_text()
+    return sorted(set(re.findall(r"`((?:tools|trainer|charts|tests|docs)/[\w./-]+)`", text)))
+
+
+def test_every_file_a_recipe_names_exists() -> None:
+    paths = named_files()
+    assert len(paths) >= 10
+    missing = [p for p in paths if not (REPO / p.replace("NAME.py", "")).exists()]
+    assert missing == []
+
+
+def test_a_value_a_kind_forgets_is_caught() -> None:
+    kind = KINDS["trainjob"]
+    forgot = {path: how for path, how in kind.takes.items() if path != "tolerations"}
+    assert untabled(dataclasses.replace(kind, takes=forgot)) == ["tolerations"]
+
+
+def test_a_metric_without_its_docs_row_is_caught(tmp_path: Path) -> None:
+    served = documented_tables()[0]
+    forgot = {name: row for name, row in served.items() if name != sorted(served)[0]}
+    assert exported(tmp_path) != forgot
+
+
+def documented_workloads(text: str) -> set[str]:
+    """The `workload.name` column of docs/workloads.md's table."""
+    return set(re.findall(r"^\| `(\w+)`", text, re.M))
+
+
+def test_every_workload_has_a_docs_row() -> None:
+    text = WORKLOADS_PAGE.read_text()
+    assert set(workload_names()) - documented_workloads(text) == set()
+    forgot = re.sub(r"^\| `regression`.*\n", "", text, flags=re.M)  # the forgotten step
+    assert set(workload_names()) - documented_workloads(forgot) == {"regression"}
+
+
+def smoke_config(name: str) -> WorkloadConfig:
+    """The smallest config of each workload (custom: the example factories)."""
+    small = {
+        "regression": {"samples": 64},
+        "charlm": {"seq_len": 16, "n_layer": 1, "n_head": 2, "n_embd": 32},
+        "custom": {"model": f"{EXAMPLES}:make_model", "data": f"{EXAMPLES}:make_data"},
+    }
+    return WorkloadConfig(name=name, **small.get(name, {}))
+
+
+@pytest.mark.parametrize("name", workload_names())
+def test_every_workload_trains_two_steps(name: str) -> None:
+    """The smoke run a new workload gets without a test of its own."""
+    workload = build_workload(smoke_config(name), seed=0)
+    batches = torch.utils.data.DataLoader(workload.train_set, batch_size=4)
+    optimizer = torch.optim.SGD(workload.model.parameters(), lr=1e-3)
+    for _, batch in zip(range(2), batches, strict=False):
+        loss = workload.loss_fn(workload.model, batch)
+        assert loss.dim() == 0 and torch.isfinite(loss), name
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()

@@ -1,0 +1,97 @@
+"""The chart values that land the same way for every kind, and the ones only a PyTorchJob takes.
+
+A kind's `takes` table (tools/kinds/<kind>.py) starts from `common(...)`, naming the objects its
+pods and its job spec are rendered into, and adds or overrides the values it treats its own way.
+tests/unit/test_kind_values.py sets every chart value for every kind and checks the table.
+"""
+
+from __future__ import annotations
+
+from kubeddp.tools.kinds import Ignored, Lands, Refused
+
+CONFIG_MAP = "ConfigMap"
+CLAIM = "PersistentVolumeClaim"
+KEEPER = ("Deployment", "Service")  # the checkpoint keeper pod and its Service
+SERVICE_ACCOUNT = "ServiceAccount"
+POD_MONITOR = "PodMonitor"
+PROMETHEUS_RULE = "PrometheusRule"  # the chart's alerts (docs/diagnostics.md)
+
+# Fields of the training pod: every kind renders them into the object that holds its pods.
+POD_FIELDS = (
+    "image.repository",
+    "image.digest",
+    "imagePullSecrets",
+    "gpusPerNode",
+    "resources",
+    "shmSize",
+    "terminationGracePeriodSeconds",
+    "env",
+    "extraEnv",
+    "volumes",
+    "podAnnotations",
+    "podLabels",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "istio.optOut",
+    "podSecurityContext",
+    "securityContext",
+    "serviceAccount.name",
+    "trainer.script",
+    "trainer.module",
+    "trainer.spawnsWorkers",
+    "trainer.args",
+)
+# Values that name or label every object the chart renders.
+EVERY_OBJECT = ("nameOverride", "fullnameOverride", "namespaceOverride", "managedBy", "image.tag")
+
+ONLY_FOR_PYTORCHJOB_WHY = {
+    "elastic.enabled": "its node count is fixed; use kind PyTorchJob for an elastic job",
+    "gang.scheduler": "use `kueue.queueName` to admit the job as a whole",
+    "cleanPodPolicy": "it is a PyTorchJob field; leave it null",
+    "pytorchJob.masterReplica": "it is a PyTorchJob replica; leave it false",
+}
+ELASTIC_PARTS = ("elastic.minNodes", "elastic.maxNodes", "elastic.rdzvId", "elastic.maxRestarts")
+# Chart values only a PyTorchJob takes; the other kinds refuse them.
+ONLY_FOR_PYTORCHJOB: dict[str, Refused] = {
+    **{path: Refused(why) for path, why in ONLY_FOR_PYTORCHJOB_WHY.items()},
+    **{
+        path: Refused(ONLY_FOR_PYTORCHJOB_WHY["elastic.enabled"], by="elastic.enabled")
+        for path in ELASTIC_PARTS
+    },
+    "gang.queue": Refused(ONLY_FOR_PYTORCHJOB_WHY["gang.scheduler"], by="gang.scheduler"),
+}
+TRAINJOB_RUNTIME = ("trainJob.runtimeName", "trainJob.ownRuntime", "trainJob.runtimeKind")
+# The TrainJob section, which the other kinds' templates never read.
+ONLY_FOR_TRAINJOB = {
+    path: Ignored("a TrainJob setting: the runtime a TrainJob runs on") for path in TRAINJOB_RUNTIME
+}
+
+
+def common(job: str, pods: str, every: tuple[str, ...]) -> dict[str, Lands]:
+    """The values every kind takes alike: `job` holds the job spec, `pods` the pod template,
+    `every` is every object a default render gives."""
+    objects = Lands((*every,))
+    return {
+        **{path: objects for path in EVERY_OBJECT},
+        **{path: Lands((pods,)) for path in POD_FIELDS},
+        "nodes": Lands((job, *KEEPER)),  # more than one node: a keeper holds the claim
+        "kueue.queueName": Lands((job,)),
+        "serviceAccount.create": Lands((SERVICE_ACCOUNT, pods)),
+        "serviceAccount.annotations": Lands((SERVICE_ACCOUNT,)),
+        "config": Lands((CONFIG_MAP,)),
+        "checkpoints.existingClaim": Lands((CLAIM, pods)),
+        "checkpoints.size": Lands((CLAIM,)),
+        "checkpoints.storageClassName": Lands((CLAIM,)),
+        "checkpoints.accessMode": Lands((CLAIM,)),
+        "checkpoints.storage": Lands((CLAIM, pods, *KEEPER)),
+        "checkpoints.lostOnRetry": Lands((CLAIM, pods)),
+        "monitoring.podMonitor.enabled": Lands((POD_MONITOR,)),
+        "monitoring.podMonitor.labels": Lands((POD_MONITOR,)),
+        "monitoring.podMonitor.interval": Lands((POD_MONITOR,)),
+        "monitoring.dashboard.enabled": Lands((CONFIG_MAP,)),
+        "monitoring.dashboard.labels": Lands((CONFIG_MAP,)),
+        "monitoring.prometheusRule.enabled": Lands((PROMETHEUS_RULE,)),
+        "monitoring.prometheusRule.labels": Lands((PROMETHEUS_RULE,)),
+        "monitoring.prometheusRule.noProgressSeconds": Lands((PROMETHEUS_RULE,)),
+    }
