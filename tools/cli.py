@@ -329,7 +329,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_completion(args: argparse.Namespace) -> int:
     from kubeddp.tools.completion import script
 
-    sys.stdout.write(script(args.shell))
+    sys.stdout.write(script(args.shell, build_parser()))
     return 0
 
 

@@ -17,12 +17,12 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     return sorted({opt for action in parser._actions for opt in action.option_strings})
 
 
-def commands() -> dict[str, list[str]]:
-    """command -> its options (train and launch have their own parsers)."""
-    from kubeddp.tools.cli import build_parser
+def commands(root: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """command -> its options, from the CLI's parser `root` (train and launch have their own
+    parsers). The CLI passes its parser in: this module does not import the CLI."""
     from kubeddp.trainer.launcher.launch import launch_parser, train_parser
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
     found = {name: _options(parser) for name, parser in sub.choices.items()}
     found["train"] = _options(train_parser())
     found["launch"] = _options(launch_parser())
@@ -80,5 +80,5 @@ def _fish(table: dict[str, list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def script(shell: str) -> str:
-    return {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](commands())
+def script(shell: str, root: argparse.ArgumentParser) -> str:
+    return {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](commands(root))

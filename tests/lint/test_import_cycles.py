@@ -10,17 +10,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # The package-dir mapping of pyproject.toml: dotted package -> folder.
 ROOTS = {"kubeddp.trainer": REPO / "trainer", "kubeddp.tools": REPO / "tools"}
-# Cycles being broken on other branches of issue 26 (the chart room, the checkpoint room). The
-# list may only shrink: a listed cycle that is gone fails the test, so its entry gets deleted.
-BEING_BROKEN_ELSEWHERE = [
-    ["kubeddp.tools.cli", "kubeddp.tools.completion"],
-    [
-        "kubeddp.trainer.worker.checkpoint.local",
-        "kubeddp.trainer.worker.checkpoint.lock",
-        "kubeddp.trainer.worker.checkpoint.s3",
-        "kubeddp.trainer.worker.checkpoint.storage",
-    ],
-]
 
 
 def _module_name(path: Path) -> str:
@@ -110,9 +99,6 @@ def test_graph_sees_real_imports() -> None:
 
 def test_no_import_cycle_in_trainer_or_tools() -> None:
     cycles = find_cycles(import_graph())
-    gone = [c for c in BEING_BROKEN_ELSEWHERE if c not in cycles]
-    assert not gone, f"these cycles are broken now; delete them from BEING_BROKEN_ELSEWHERE: {gone}"
-    cycles = [c for c in cycles if c not in BEING_BROKEN_ELSEWHERE]
     assert not cycles, "import cycles (move the shared piece down into its own module):\n" + (
         "\n".join(" <-> ".join(c) for c in cycles)
     )

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from kubeddp.tools import completion
+from kubeddp.tools.cli import build_parser
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,7 +48,7 @@ def test_bash_completes_options_of_each_command() -> None:
 
 
 def test_every_command_is_in_the_table() -> None:
-    table = completion.commands()
+    table = completion.commands(build_parser())
     assert {"render", "validate", "submit", "train", "launch", "status", "wait"} <= set(table)
     assert "--gpus-per-node" in table["render"]
 

@@ -37,6 +37,7 @@ CheckpointError (bad input: exit 2) or StorageUnreachable (retryable: exit 202).
 """
 
 from kubeddp.trainer.worker.checkpoint import writer
+from kubeddp.trainer.worker.checkpoint.backends import storage_for
 from kubeddp.trainer.worker.checkpoint.state import (
     REQUIRED_KEYS,
     list_checkpoints,
@@ -55,7 +56,6 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     CheckpointRef,
     CheckpointStorage,
     StorageUnreachable,
-    storage_for,
 )
 from kubeddp.trainer.worker.checkpoint.writer import AsyncCheckpointWriter, write_checkpoint
 

@@ -18,6 +18,7 @@ from typing import Any
 from kubeddp.trainer import exit_codes, yaml_io
 from kubeddp.trainer.config import CheckpointConfig, Config
 from kubeddp.trainer.worker.checkpoint import safety
+from kubeddp.trainer.worker.checkpoint.backends import storage_for
 from kubeddp.trainer.worker.checkpoint.parts import TOP_LEVEL, PerRank, Stateful
 from kubeddp.trainer.worker.checkpoint.state import (
     load_newest_valid,
@@ -29,7 +30,6 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     CheckpointRef,
     CheckpointStorage,
     StorageUnreachable,
-    storage_for,
 )
 from kubeddp.trainer.worker.checkpoint.writer import AsyncCheckpointWriter
 from kubeddp.trainer.worker.distributed import DistContext, broadcast_object, gather_objects

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
+from kubeddp.trainer.worker.checkpoint.backends import as_storage
 from kubeddp.trainer.worker.checkpoint.storage import (
     STATE_FILE,
     CheckpointRef,
     CheckpointStorage,
     StorageUnreachable,
-    as_storage,
     reason,
 )
 

@@ -94,27 +94,6 @@ class CheckpointStorage(Protocol):
         ...
 
 
-def storage_for(location: str | Path) -> CheckpointStorage:
-    """The backend for checkpoint.dir (or a checkpoint.resume path)."""
-    text = str(location)
-    if not text.strip():
-        raise CheckpointError(
-            "checkpoint.dir is empty; set it to a directory that holds only checkpoints "
-            "(e.g. /checkpoints), never the working directory"
-        )
-    if text.startswith("s3://") or text.lower().startswith("s3:"):
-        from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
-
-        return S3Storage.from_url(text)
-    from kubeddp.trainer.worker.checkpoint.local import LocalStorage
-
-    return LocalStorage(location)
-
-
-def as_storage(where: str | Path | CheckpointStorage) -> CheckpointStorage:
-    return storage_for(where) if isinstance(where, (str, Path)) else where
-
-
 def is_own_name(name: str) -> bool:
     return name in OWN_NAMES or name.startswith(OWN_PREFIXES)
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
+from kubeddp.trainer.worker.checkpoint.backends import as_storage
 from kubeddp.trainer.worker.checkpoint.state import to_cpu
 from kubeddp.trainer.worker.checkpoint.storage import (
     CONFIG_FILE,
     STATE_FILE,
     CheckpointStorage,
-    as_storage,
 )
 
 
