@@ -23,7 +23,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The main job: a local 2-process DDP run (CPU, gloo) of the built-in character language model.
+# Each demo starts afresh: its own checkpoints of the last demo are removed first (a run with
+# resume=never keeps another run's checkpoints apart rather than deleting them).
 demo: setup
+	rm -rf checkpoints/demo
 	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=checkpoints/demo --set checkpoint.resume=never
 
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
