@@ -30,10 +30,12 @@ PYPI = "https://pypi.org/simple"
 PLATFORMS = ("x86_64", "aarch64")
 PYTHON = "311"
 LINUX = {"sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+# Extras the image carries: s3 (boto3, ~36 MiB), so `checkpoint.dir: s3://...` works in a pod.
+IMAGE_EXTRAS = ("", "s3")
 
 
 def wanted() -> list[Requirement]:
-    # kubeddp's own requirements as installed from pyproject.toml (extras left out below)
+    # kubeddp's own requirements as installed from pyproject.toml (only IMAGE_EXTRAS' extras)
     requirements = [Requirement(text) for text in importlib.metadata.requires("kubeddp") or []]
     requirements += [Requirement(text) for text in importlib.metadata.requires("torch") or []]
     out = {}
@@ -41,9 +43,11 @@ def wanted() -> list[Requirement]:
         if canonicalize_name(req.name) == "torch":
             continue
         if req.marker and not any(
-            req.marker.evaluate({**LINUX, "platform_machine": m}) for m in PLATFORMS
+            req.marker.evaluate({**LINUX, "platform_machine": m, "extra": extra})
+            for m in PLATFORMS
+            for extra in IMAGE_EXTRAS
         ):
-            continue  # an extra, or another OS
+            continue  # an extra the image leaves out, or another OS
         out.setdefault(canonicalize_name(req.name), req)
     return list(out.values())
 

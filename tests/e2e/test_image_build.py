@@ -71,6 +71,18 @@ def test_image_config(cpu_image: str) -> None:
 
 @pytest.mark.docker
 @pytest.mark.timeout(300)
+def test_image_carries_the_s3_backend(cpu_image: str) -> None:
+    """checkpoint.dir: s3://... works in a pod: the image has the s3 extra's boto3."""
+    said = dockerenv.sh(
+        "docker", "run", "--rm", "--network", "none", "--entrypoint", "python", cpu_image,
+        "-c", "import boto3, botocore; print(boto3.__version__)",
+    )  # fmt: skip
+    lock = (dockerenv.REPO / "requirements" / "image.lock").read_text()
+    assert f"boto3=={said.stdout.strip()} " in lock
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
 def test_dry_run_plan_in_image(docker: dockerenv.DockerRun) -> None:
     """No rendezvous env: torchrun standalone with KUBEDDP_CPU_NPROC=2 workers."""
     docker.start(f"{docker.prefix}-dry", ["--dry-run"], options=["--network", "none"])
