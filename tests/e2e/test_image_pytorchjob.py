@@ -39,9 +39,11 @@ WORKER_HEAD_START_SECONDS = 20
 
 def render(name: str, image: str, nproc: str, *options: str) -> JobPlan:
     kubeddp = Path(sys.executable).parent / "kubeddp"
+    # The claim mounted in every pod (a host directory here), not the default checkpoint
+    # keeper: that one is played by the emulator's Deployment pods (tests/emulation).
     cmd = [str(kubeddp), "render", "pytorchjob", "--name", name, "--nodes", "2",
-           "--nproc-per-node", nproc, "--image", image, *options,
-           "--validate-against", "offline"]  # fmt: skip
+           "--nproc-per-node", nproc, "--image", image, "--checkpoint-storage", "mount",
+           *options, "--validate-against", "offline"]  # fmt: skip
     for item in QUICK:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
