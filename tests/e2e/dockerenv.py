@@ -36,8 +36,10 @@ TORCH_VERSION = "2.13.0"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Label on every container and network a test creates, so leftovers of a killed run are found.
 TEST_LABEL = "io.kubeddp.e2e"
-# Test networks use TEST-NET-3 (RFC 5737): never a real address, never the host's own range.
-TEST_SUBNET = "203.0.113.0/24"
+# Test networks use TEST-NET-2 (RFC 5737): never a real address, never the host's own range.
+# (Not TEST-NET-3: a sandbox may serve its package index from 203.0.113.x, and a test network
+# holding that address on the host would cut pip off while it exists.)
+TEST_SUBNET = "198.51.100.0/24"
 DOCKERD_WAIT_SECONDS = 60.0
 
 
