@@ -327,7 +327,7 @@ class DockerRun:
     def network(self) -> str:
         """A new `--internal` network: containers reach each other by name, nothing else."""
         name = f"{self.prefix}-net{len(self.networks)}"
-        # Four /26 blocks of TEST-NET-3, in turn, so a network left by a failed removal does
+        # Four /26 blocks of TEST_SUBNET, in turn, so a network left by a failed removal does
         # not block the next test's.
         block = next(_subnet_counter) % 4 * 64
         sh(
