@@ -38,6 +38,8 @@ def container_env(container: dict, labels: dict[str, str] | None = None) -> dict
             env[entry["name"]] = entry["value"]
         elif labels is not None and "fieldRef" in entry.get("valueFrom", {}):
             path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            if not path.startswith("metadata.labels["):
+                continue  # the pod's and node's names (diagnostics) say nothing of the plan
             key = path.removeprefix("metadata.labels['").removesuffix("']")
             env[entry["name"]] = labels[key]
     return env
