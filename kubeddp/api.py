@@ -98,8 +98,8 @@ def _nonfinite(hb: Any, step: int, loss: float) -> None:
     try:
         cfg = resolved_config(os.environ)
     except ConfigError:
-        cfg = None
-    action = cfg.diagnostics.on_nonfinite if cfg is not None else "stop"
+        return  # not started by kubeddp launch: no guard is configured (the record keeps it)
+    action = cfg.diagnostics.on_nonfinite
     line = f"[kubeddp] non-finite loss ({loss}) at step {step} on rank {rank}"
     if action == "skip":
         print(f"{line} (diagnostics.on_nonfinite=skip)", file=sys.stderr, flush=True)
