@@ -300,7 +300,7 @@ class RetriesConfig:
         5,
         "restarts of a pod allowed while the newest checkpoint does not advance; one more and "
         "launch exits 5 (retries exhausted) with the last failure as the pod's termination "
-        "message; 0 = no limit",
+        "message; 0 = no limit. In Kubernetes pods only: elsewhere no operator restarts a run",
         minimum=0,
         maximum=MAX_COUNT,
     )

@@ -389,7 +389,9 @@ def _run_pod(
     refresh: Callable[[], object] | None = None,
 ) -> int:
     """The retry budget, the rendezvous host, /metrics, then training."""
-    budget = RetryBudget(cfg.checkpoint.dir, cfg.retries.without_progress)
+    # Only an operator restarts a pod; on a laptop or bare host every run is the user's own.
+    limit = cfg.retries.without_progress if plan.in_kubernetes else 0
+    budget = RetryBudget(cfg.checkpoint.dir, limit)
     refusal = budget.start()
     if refusal:
         _log(f"kubeddp launch: error: {refusal}")
