@@ -167,11 +167,6 @@ def signal_name(sigval: int) -> str:
         return f"signal {sigval}"
 
 
-def run_torchrun(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> int:
-    """run_agent's exit code."""
-    return run_agent(plan, worker_env, preempt_grace).code
-
-
 def run_agent(
     plan: RendezvousPlan,
     worker_env: dict[str, str],
