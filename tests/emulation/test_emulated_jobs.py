@@ -94,11 +94,11 @@ def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:
     return found
 
 
-def first_complete_checkpoint(cluster: EmulatedCluster) -> object:
+def first_complete_checkpoint(cluster: EmulatedCluster, timeout: float = JOB_SECONDS) -> object:
     # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
     return cluster.run_until(
         lambda: any(cluster.volume("pvc-").glob("ckpt-*/COMPLETE")),
-        JOB_SECONDS,
+        timeout,
         "a complete checkpoint on the claim",
     )
 

@@ -48,9 +48,12 @@ def kubeddp_status(cluster: EmulatedCluster, kind: str, resource: str, name: str
     """`kubeddp status` against an API server that serves the emulated job and its pods."""
     ns = fake_api.NAMESPACE
     with fake_api.running() as api:
-        job = {"metadata": {"name": name}, "status": {"conditions": cluster.job_conditions()}}
-        api.route("GET", f"{resource}/namespaces/{ns}/{kind}/{name}", 200, job)
-        api.route("GET", f"/api/v1/namespaces/{ns}/pods", 200, {"items": cluster.pod_objects()})
+        conditions = cluster.job_conditions()
+        job = {"kind": kind, "apiVersion": resource.removeprefix("/apis/"),
+               "metadata": {"name": name}, "status": {"conditions": conditions}}  # fmt: skip
+        pods = {"kind": "PodList", "apiVersion": "v1", "items": cluster.pod_objects()}
+        api.route("GET", f"{resource}/namespaces/{ns}/{kind.lower()}s/{name}", 200, job)
+        api.route("GET", f"/api/v1/namespaces/{ns}/pods", 200, pods)
         monkeypatch.setenv("KUBECONFIG", str(fake_api.write_kubeconfig(tmp_path / "kc", api.url)))
         capsys.readouterr()
         code = main(["status", name])
@@ -78,7 +81,7 @@ def test_a_worker_oom_killed_at_every_start_ends_the_job_within_the_budget(
     # without counting; the start after BUDGET restarts refuses with the fatal code.
     codes = [code for _, code in exits(cluster)]
     assert codes == [exit_codes.KILLED] * (BUDGET + 1) + [exit_codes.RETRIES_EXHAUSTED], codes
-    out = kubeddp_status(cluster, "pytorchjobs", "/apis/kubeflow.org/v1", "oom", tmp_path,
+    out = kubeddp_status(cluster, "PyTorchJob", "/apis/kubeflow.org/v1", "oom", tmp_path,
                          monkeypatch, capsys)  # fmt: skip
     assert "PyTorchJob team/oom: Failed" in out, out
     line = next(x for x in out.splitlines() if "exit 5:" in x)
@@ -119,12 +122,13 @@ def test_trainjob_of_eight_nodes_survives_a_preempted_pod(cluster: EmulatedClust
     assert_trained(cluster, world_size=8)
 
 
-@pytest.mark.timeout(4 * JOB_SECONDS)
+@pytest.mark.timeout(7 * JOB_SECONDS)
 def test_indexed_job_of_32_pods_survives_a_preempted_pod(cluster: EmulatedCluster) -> None:
     plan = render("indexedjob", "--name", "ix", "--nodes", "32", "--nproc-per-node", "1",
                   *TINY, *STEPS, "--set", "workload.samples=8192")  # fmt: skip
     cluster.start(plan)
-    first_complete_checkpoint(cluster)
+    # 32 pods import torch and meet on 2 shared cores: minutes before the first checkpoint
+    first_complete_checkpoint(cluster, 3 * JOB_SECONDS)
     cluster.preempt_pod("ix-7", grace_seconds=60)
     status = cluster.wait_finished(3 * JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"

@@ -119,6 +119,20 @@ def test_module_form_and_launch_options_stay_launchs(programs: Path) -> None:
     assert argv[-5:] == [RUNNER_MODULE, "module", "mypkg.train", "--config", "mine.yaml"]
 
 
+def test_a_module_in_directories_without_init_is_found(programs: Path) -> None:
+    """`-m tests.integration.train` where neither directory has __init__.py (namespace
+    packages, as in many repos): found without importing its parents."""
+    nested = programs / "ns" / "inner"
+    nested.mkdir(parents=True)
+    (nested / "train.py").write_text(SHOW)
+    done = kubeddp("launch", "--dry-run", "--module", "ns.inner.train", cwd=programs)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["argv"][-2:] == ["module", "ns.inner.train"]
+    missing = kubeddp("launch", "--dry-run", "--module", "ns.inner.nope", cwd=programs)
+    assert missing.returncode == exit_codes.BAD_INPUT
+    assert "--module ns.inner.nope: cannot import it" in missing.stderr
+
+
 def test_built_in_trainer_still_reads_config_after_dash() -> None:
     done = kubeddp("launch", "--dry-run", "--", "--config", "/etc/kubeddp/config.yaml")
     assert done.returncode == 0, done.stderr

@@ -245,9 +245,12 @@ class LaunchPlan:
     spawns: bool  # the program starts its own workers (mp.spawn): it runs once per node
 
 
-def launch_with(args: argparse.Namespace, after_dash: list[str]) -> int:
+def launch_with(
+    args: argparse.Namespace, after_dash: list[str], warnings: Callable[[], None] = lambda: None
+) -> int:
     """plan -> preflight -> run, for `kubeddp launch` and `kubeddp train` alike: `args` holds
-    launch_parser's options, `after_dash` what followed `--`."""
+    launch_parser's options, `after_dash` what followed `--`. `warnings` prints advice once the
+    plan stands (a refused plan is one line, alone)."""
     env = os.environ
     problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
     if problem:
@@ -256,6 +259,7 @@ def launch_with(args: argparse.Namespace, after_dash: list[str]) -> int:
         launch_plan = plan_launch(args, after_dash, env)
     except (ConfigError, RendezvousError, ProgramError) as exc:
         return _bad_input(exc)
+    warnings()
     if args.dry_run:
         print(launch_plan.rdzv.to_json())
         return 0
@@ -575,14 +579,22 @@ def train_main(argv: list[str]) -> int:
     for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
         if problem:
             p.error(problem)
-    if args.script is not None:  # what `kubeddp check` would say, as warnings
-        from kubeddp.trainer.launcher.script_check import warnings_for
+    options = _as_launch_options(args)
+    return _with_end_signals(
+        lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
+    )
 
-        warned = warnings_for(args.script, args.nnodes, after_dash)
-        if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
-            for line in warned:
-                _log(f"kubeddp train: warning: {line}")
-    return _with_end_signals(lambda: launch_with(_as_launch_options(args), after_dash))
+
+def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
+    """What `kubeddp check` would say about the script, as warnings."""
+    if args.script is None:
+        return
+    from kubeddp.trainer.launcher.script_check import warnings_for
+
+    warned = warnings_for(args.script, args.nnodes, after_dash)
+    if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
+        for line in warned:
+            _log(f"kubeddp train: warning: {line}")
 
 
 def _as_launch_options(args: argparse.Namespace) -> argparse.Namespace:

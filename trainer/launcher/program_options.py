@@ -13,6 +13,7 @@ import argparse
 import importlib.machinery
 import importlib.util
 import os
+import pkgutil
 import sys
 from collections.abc import Callable
 
@@ -112,6 +113,26 @@ def _check_script(path: str) -> None:
         )
 
 
+def _find_in(fullname: str, search: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """`fullname` in the directories `search`, as `import` would find it. PathFinder.find_spec
+    is not used: for a namespace package (a directory without __init__.py, like many repos'
+    `tests/`) it looks its parent up in sys.modules, where nothing was imported."""
+    portions: list[str] = []
+    for entry in search:
+        finder = pkgutil.get_importer(entry)
+        spec = finder.find_spec(fullname) if finder is not None else None
+        if spec is None:
+            continue
+        if spec.loader is not None:
+            return spec
+        portions.extend(spec.submodule_search_locations or [])  # a namespace package's part
+    if not portions:
+        return None
+    spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+    spec.submodule_search_locations = portions
+    return spec
+
+
 def _find_module(name: str) -> importlib.machinery.ModuleSpec:
     """The module's spec, found without importing anything: importlib.util.find_spec imports a
     dotted name's parents, which would run the user's code here (`train.py` imports `train`).
@@ -128,7 +149,7 @@ def _find_module(name: str) -> importlib.machinery.ModuleSpec:
                 "has no submodules; give the module's own name"
             )
         fullname = ".".join(parts[: depth + 1])
-        spec = importlib.machinery.PathFinder.find_spec(fullname, search)
+        spec = _find_in(fullname, search)
         if spec is None and depth == 0 and name in sys.builtin_module_names:
             return importlib.util.find_spec(name)  # a top-level name: nothing is imported
         if spec is None:
@@ -156,7 +177,7 @@ def _check_module(name: str) -> None:
         )
     locations = _find_module(name).submodule_search_locations
     if locations is not None:  # a package runs as `python -m` only through its __main__
-        main = importlib.machinery.PathFinder.find_spec(f"{name}.__main__", list(locations))
+        main = _find_in(f"{name}.__main__", list(locations))
         if main is None:
             raise ProgramError(
                 f"--module {name} is a package without __main__.py, so `python -m {name}` "
