@@ -3,13 +3,18 @@ chart value has an option: render and `helm install` take the same settings."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 import yaml
 
 from kubeddp.tools.chart.render_options import values_from_args
+from kubeddp.tools.chart.value_types import Flag
 from kubeddp.tools.chart.values import FLAGS, NOT_FLAGS, VALUES, flag_sets
 from kubeddp.tools.cli import parse_command
 from tests.helpers.render import render_job
+from tests.unit.test_kind_values import SAMPLES
 
 pytestmark = pytest.mark.timeout(120)
 SECRET_ENV = "[{name: TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]"
@@ -17,7 +22,9 @@ TOLERATION = "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
 AFFINITY = "{podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: []}}"
 DIGEST = "sha256:" + "a" * 64
 
-# option: (arguments after `render pytorchjob`, the chart values they must set)
+# option: (arguments after `render pytorchjob`, the chart values they must set). An option
+# that sets its one value as given gets its case from that value's sample (see `derived_case`);
+# one with `sets=` or `convert=` (or a case worth spelling out) is written here.
 LANDS_ON = {
     "KIND": ([], {"kind": "PyTorchJob"}),
     "--name": (["--name", "job-a"], {"fullnameOverride": "job-a"}),
@@ -188,6 +195,47 @@ LANDS_ON = {
 }
 
 
+def _nested(path: str, item: Any) -> dict[str, Any]:
+    for key in reversed(path.split(".")):
+        item = {key: item}
+    return item
+
+
+def _sample_of(path: str) -> Any:
+    node: Any = SAMPLES[path]
+    for key in path.split("."):
+        node = node[key]
+    return node
+
+
+def derived_case(flag: Flag, path: str) -> tuple[list[str], dict] | None:
+    """The case of an option that sets one value as given (no `sets`, no `convert`): its
+    arguments written from the value's sample in tests/unit/test_kind_values.py SAMPLES."""
+    if flag.sets or flag.convert or path not in SAMPLES:
+        return None
+    sample, option = _sample_of(path), flag.name
+    if flag.read in ("text", "int"):
+        return [option, str(sample)], _nested(path, str(sample) if flag.read == "text" else sample)
+    if flag.read == "switch":
+        return [option if sample else "--no-" + option[2:]], _nested(path, sample)
+    if flag.read == "pairs":
+        pairs = [[option, f"{key}={item}"] for key, item in sample.items()]
+        return [arg for pair in pairs for arg in pair], _nested(path, sample)
+    if flag.read in ("yaml-list", "yaml-map"):
+        return [option, json.dumps(sample)], _nested(path, sample)
+    return None
+
+
+CASES = {
+    **{
+        flag.name: case
+        for flag, value in FLAGS
+        if (case := derived_case(flag, value.path)) is not None
+    },
+    **LANDS_ON,
+}
+
+
 def values_for(arguments: list[str], tmp_path) -> tuple[dict, dict]:
     config = tmp_path / "train.yaml"
     config.write_text("train:\n  epochs: 2\n")
@@ -206,12 +254,13 @@ def contains(values: dict, expected: dict) -> bool:
 
 
 def test_every_option_has_a_case() -> None:
-    assert sorted(LANDS_ON) == sorted(flag.name for flag, _ in FLAGS)
+    """An option with `sets=`/`convert=` needs its LANDS_ON entry; the others, a sample."""
+    assert sorted(CASES) == sorted(flag.name for flag, _ in FLAGS)
 
 
-@pytest.mark.parametrize("option", LANDS_ON)
+@pytest.mark.parametrize("option", CASES)
 def test_option_lands_on_its_value(option: str, tmp_path) -> None:
-    arguments, expected = LANDS_ON[option]
+    arguments, expected = CASES[option]
     values, provenance = values_for(arguments, tmp_path)
     assert contains(values, expected), values
     if option != "KIND":
