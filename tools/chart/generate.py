@@ -22,6 +22,7 @@ import yaml
 
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.chart import values as CV
+from kubeddp.tools.chart.kind_notes import section_doc, value_doc
 from kubeddp.tools.chart.patterns import DNS1035, QUANTITY
 from kubeddp.tools.chart.value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
@@ -76,7 +77,7 @@ def values_yaml() -> str:
         "# the same values from its options (the table in README.md).",
         *_comment(_generated_by("kubeddp/tools/chart/values.py"), "", "# "),
     ]
-    docs = {section.path: section.doc for section in CV.SECTIONS}
+    docs = {section.path: section_doc(section, CV.VALUES) for section in CV.SECTIONS}
     opened: list[str] = []  # the mapping keys we are inside
     written: set[str] = set()  # mappings already written: their values must be contiguous
     for value in CV.VALUES:
@@ -97,7 +98,7 @@ def values_yaml() -> str:
         indent = "  " * len(parents)
         if not parents:
             lines.append("")
-        lines += _comment(value.doc, indent)
+        lines += _comment(value_doc(value), indent)
         lines += _yaml_entry(key, value.default, indent)
     return "\n".join(lines) + "\n"
 
@@ -158,7 +159,7 @@ def _definitions(properties: dict[str, Any]) -> dict[str, Any]:
 
 def values_schema() -> dict[str, Any]:
     root: dict[str, Any] = {"global": {"type": "object", "description": "Helm's global values."}}
-    docs = {section.path: section.doc for section in CV.SECTIONS}
+    docs = {section.path: section_doc(section, CV.VALUES) for section in CV.SECTIONS}
     for value in CV.VALUES:
         *parents, key = value.path.split(".")
         node = root
@@ -179,7 +180,7 @@ def values_schema() -> dict[str, Any]:
                 section["required"].append(parents[depth + 1] if depth + 1 < len(parents) else key)
                 section["required"] = list(dict.fromkeys(section["required"]))
             node = section["properties"]
-        node[key] = {**copy.deepcopy(value.schema), "description": value.doc}
+        node[key] = {**copy.deepcopy(value.schema), "description": value_doc(value)}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "kubeddp chart values",
@@ -227,7 +228,7 @@ def values_table() -> str:
                 f"`{value.path}`",
                 _default_cell(value.default),
                 _flags_cell(value),
-                value.doc.replace("|", "\\|"),
+                value_doc(value).replace("|", "\\|"),
             )
             lines.append(f"| {' | '.join(cells)} |")
         lines.append("")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kubeddp.tools.chart.kind_notes import flag_help
 from kubeddp.tools.chart.value_types import Flag, OptionError, Value
 from kubeddp.tools.chart.values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
 from kubeddp.tools.kinds import KINDS
@@ -28,7 +29,7 @@ def dest(flag: Flag) -> str:
 
 
 def _help(flag: Flag, value: Value) -> str:
-    text = flag.help or value.doc
+    text = flag_help(flag, value)
     if not flag.sets and flag.read in ("text", "int") and value.default not in (None, ""):
         text += f" (default {value.default})"
     return text.replace("%", "%%")

@@ -90,20 +90,19 @@ SECTIONS = (
     Section("image", "The training image (CUDA variant; `kubeddp:cpu` for CPU clusters)."),
     Section(
         "elastic",
-        "Elastic PyTorchJob: torchrun's c10d rendezvous on <job>-worker-0; the job keeps running "
+        "Elastic training: torchrun's c10d rendezvous on <job>-worker-0; the job keeps running "
         "with minNodes..maxNodes pods and a restart resumes from the latest checkpoint.",
     ),
     Section(
         "pytorchJob",
-        "PyTorchJob that is not elastic: Workers only (worker-0 is rank 0), or a Master and "
-        "Workers.",
+        "A job that is not elastic: Workers only (worker-0 is rank 0), or a Master and Workers.",
     ),
-    Section("trainJob", "TrainJob: the training runtime it runs on."),
+    Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
     Section("kueue", "Kueue admits the whole job when its quota allows."),
     Section(
         "gang",
-        "Gang scheduling (PyTorchJob): every pod starts together or none does. The Training "
+        "Gang scheduling: every pod starts together or none does. The Training "
         "Operator must run with --gang-scheduler-name set to the same scheduler; it creates the "
         "PodGroup.",
     ),
@@ -212,8 +211,7 @@ VALUES: tuple[Value, ...] = (
         schema=choice(PULL_POLICIES, nullable=True),
         default=None,
         doc=f"{', '.join(PULL_POLICIES)}; null = {DEFAULT_IMAGE_PULL_POLICY} (works with "
-        "`kind load docker-image`). TrainJob: must stay null (Trainer v2.3 has no field for "
-        "it; the runtime's container decides)",
+        "`kind load docker-image`)",
         group=POD,
         flags=(Flag(("--image-pull-policy",)),),
     ),
@@ -344,8 +342,9 @@ VALUES: tuple[Value, ...] = (
         "IndexedJob ExitCode: a podFailurePolicy (preemptions and a lost peer's codes not "
         "counted). OnFailure: the kubelet restarts the container in place, each restart "
         "counted against backoffLimit summed over all pods. "
+        + "Policies by kind: "
         + "; ".join(
-            f"{kind.chart_kind}: {', '.join(kind.restart_policies)}"
+            f"{kind.chart_kind} {', '.join(kind.restart_policies)}"
             for kind in KINDS.values()
             if kind.restart_policies
         ),
@@ -379,7 +378,7 @@ VALUES: tuple[Value, ...] = (
         path="cleanPodPolicy",
         schema=choice(CLEAN_POD_POLICIES, nullable=True),
         default=None,
-        doc=f"PyTorchJob: pods deleted when the job ends: {', '.join(CLEAN_POD_POLICIES)}; null = "
+        doc=f"pods deleted when the job ends: {', '.join(CLEAN_POD_POLICIES)}; null = "
         f"{DEFAULT_CLEAN_POD_POLICY} (stops agents left waiting in torchrun's exit barrier)",
         group=JOB,
         flags=(Flag(("--clean-pod-policy",)),),
@@ -397,7 +396,7 @@ VALUES: tuple[Value, ...] = (
         path="pytorchJob.masterReplica",
         schema=boolean(),
         default=False,
-        doc="PyTorchJob: a Master replica (rank 0) and nodes-1 Workers instead of nodes Workers. "
+        doc="a Master replica (rank 0) and nodes-1 Workers instead of nodes Workers. "
         "training-operator v1.9 then adds its init-pytorch container (alpine, no "
         "securityContext) to every Worker: Pod Security `restricted` rejects those pods and an "
         "air-gapped cluster cannot pull the image, unless the operator runs with "
@@ -469,8 +468,7 @@ VALUES: tuple[Value, ...] = (
         schema=k8s_list("EnvFromSource"),
         default=[],
         doc="every key of these Secrets/ConfigMaps as environment variables, e.g. [{secretRef: "
-        "{name: s3-credentials}}] (not for a TrainJob: Trainer v2.3 has no envFrom; use "
-        "extraEnv entries valueFrom a Secret key)",
+        "{name: s3-credentials}}]",
         group=DATA,
         flags=(
             Flag(
@@ -560,8 +558,7 @@ VALUES: tuple[Value, ...] = (
         path="priorityClassName",
         schema=text(P.optional(P.DNS1123_SUBDOMAIN)),
         default="",
-        doc="PriorityClass of the pods (PyTorchJob, IndexedJob; set it in the runtime for a "
-        "TrainJob)",
+        doc="PriorityClass of the pods",
         group=SCHEDULING,
         flags=(Flag(("--priority-class",)),),
     ),
