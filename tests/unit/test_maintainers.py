@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from kubeddp.tools.chart.values import BY_PATH, FLAGS
 from kubeddp.tools.kinds import KINDS
 from kubeddp.trainer.config import WorkloadConfig, workload_names
 from kubeddp.trainer.workloads import build_workload
-from tests.unit.test_kind_values import untabled
+from tests.unit.test_kind_values import SAMPLES, untabled
 from tests.unit.test_metrics_readme import documented_tables, exported
+from tests.unit.test_render_options import derived_case
+from tests.unit.test_value_help import restriction_in
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "docs" / "maintainers.md"
@@ -40,6 +43,35 @@ def test_a_value_a_kind_forgets_is_caught() -> None:
     kind = KINDS["trainjob"]
     forgot = {path: how for path, how in kind.takes.items() if path != "tolerations"}
     assert untabled(dataclasses.replace(kind, takes=forgot)) == ["tolerations"]
+
+
+def recipe_files(title: str) -> list[str]:
+    """The files a recipe's "Files" list names, each bullet's first."""
+    section = RECIPES.read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^- `([^`]+)`", section, re.M)
+
+
+def test_a_pod_field_with_an_option_is_four_hand_edited_files() -> None:
+    assert recipe_files("Add a chart value or pod field") == [
+        "tools/chart/values.py",
+        "charts/kubeddp/templates/_pod.tpl",
+        "tools/kinds/values.py",
+        "tests/unit/test_kind_values.py",
+    ]
+
+
+def test_an_option_without_its_sample_is_caught() -> None:
+    """No sample: the option has no case, and test_every_option_has_a_case fails."""
+    (flag,) = [flag for flag, value in FLAGS if flag.name == "--tolerations"]
+    forgot = {path: sample for path, sample in SAMPLES.items() if path != "tolerations"}
+    assert derived_case(flag, "tolerations") is not None
+    assert derived_case(flag, "tolerations", forgot) is None
+
+
+def test_a_kind_restriction_written_in_a_doc_is_caught() -> None:
+    doc = BY_PATH["envFrom"].doc
+    assert restriction_in(doc, ["envFrom"]) == ""
+    assert restriction_in(doc + " (not for a TrainJob)", ["envFrom"]) != ""
 
 
 def test_a_metric_without_its_docs_row_is_caught(tmp_path: Path) -> None:

@@ -201,19 +201,21 @@ def _nested(path: str, item: Any) -> dict[str, Any]:
     return item
 
 
-def _sample_of(path: str) -> Any:
-    node: Any = SAMPLES[path]
+def _sample_of(path: str, samples: dict[str, dict[str, Any]]) -> Any:
+    node: Any = samples[path]
     for key in path.split("."):
         node = node[key]
     return node
 
 
-def derived_case(flag: Flag, path: str) -> tuple[list[str], dict] | None:
+def derived_case(
+    flag: Flag, path: str, samples: dict[str, dict[str, Any]] = SAMPLES
+) -> tuple[list[str], dict] | None:
     """The case of an option that sets one value as given (no `sets`, no `convert`): its
     arguments written from the value's sample in tests/unit/test_kind_values.py SAMPLES."""
-    if flag.sets or flag.convert or path not in SAMPLES:
+    if flag.sets or flag.convert or path not in samples:
         return None
-    sample, option = _sample_of(path), flag.name
+    sample, option = _sample_of(path, samples), flag.name
     if flag.read in ("text", "int"):
         return [option, str(sample)], _nested(path, str(sample) if flag.read == "text" else sample)
     if flag.read == "switch":
