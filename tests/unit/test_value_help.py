@@ -5,7 +5,9 @@ help or section doc states a kind restriction of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import re
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from kubeddp.tools.chart.generate import CHART
 from kubeddp.tools.chart.values import FLAGS, SECTIONS, VALUES
-from kubeddp.tools.cli import build_parser
+from kubeddp.tools.cli import parse_command
 from kubeddp.tools.kinds import KINDS, Ignored, Lands, Refused
 
 pytestmark = pytest.mark.timeout(60)
@@ -113,14 +115,10 @@ def expected_note(path: str) -> str:
 @functools.cache
 def option_helps() -> dict[str, str]:
     """`kubeddp render --help`: option -> its help, on one line."""
-    parser = build_parser()
-    (render,) = [
-        choice
-        for action in parser._subparsers._group_actions  # argparse keeps subparsers there
-        for name, choice in action.choices.items()
-        if name == "render"
-    ]
-    entries = re.split(r"\n  (?=-)", render.format_help())[1:]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parse_command(["render", "--help"])
+    entries = re.split(r"\n  (?=-)", out.getvalue())[1:]
     return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
 
 
