@@ -30,12 +30,6 @@ RESTRICTION = re.compile(
 )
 
 
-def partly_taken(paths: list[str]) -> bool:
-    return any(
-        isinstance(kind.takes.get(p), Refused | Ignored) for kind in KINDS.values() for p in paths
-    )
-
-
 def not_taking(paths: list[str]) -> set[str]:
     """The kinds that refuse or ignore one of the values."""
     return {
@@ -44,6 +38,10 @@ def not_taking(paths: list[str]) -> set[str]:
         for path in paths
         if isinstance(kind.takes.get(path), Refused | Ignored)
     }
+
+
+def partly_taken(paths: list[str]) -> bool:
+    return bool(not_taking(paths))
 
 
 def restriction_in(text: str, paths: list[str]) -> str:
