@@ -414,7 +414,7 @@ def _run_pod(
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
-    watch = start_diagnostics(cfg, metrics, _log)
+    watch = start_diagnostics(cfg.diagnostics, cfg.checkpoint.dir, metrics, _log)
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
