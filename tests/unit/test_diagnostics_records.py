@@ -124,7 +124,7 @@ def test_no_local_rank_lags_when_all_wait_in_the_same_collective(tmp_path: Path)
 @pytest.fixture
 def watch(tmp_path: Path) -> StallWatch:
     cfg = load_config(None, [f"checkpoint.dir={tmp_path}"])
-    w = StallWatch(cfg, print)
+    w = StallWatch(cfg.diagnostics, cfg.checkpoint.dir, print)
     yield w
     w.finish(0)
     w.remove()
@@ -225,7 +225,8 @@ def test_in_a_pod_the_watch_logs_the_ranks_progress(
 ) -> None:
     monkeypatch.setenv("POD_NAME", "demo-worker-1")
     lines: list[str] = []
-    watch = StallWatch(load_config(None, [f"checkpoint.dir={tmp_path}"]), lines.append)
+    cfg = load_config(None, [f"checkpoint.dir={tmp_path}"])
+    watch = StallWatch(cfg.diagnostics, cfg.checkpoint.dir, lines.append)
     hb = _beat(Path(watch.directory), 4)
     try:
         now = read_record(record_path(watch.directory, 4)).last_progress
@@ -242,8 +243,12 @@ def test_reports_beside_the_checkpoints_never_make_the_directory_foreign(tmp_pat
     from kubeddp.trainer.launcher.stall_watch import report_dir
     from kubeddp.trainer.worker.checkpoint.storage import is_own_name
 
-    local = report_dir(load_config(None, [f"checkpoint.dir={tmp_path}"]))
+    def of(*overrides: str) -> Path | None:
+        cfg = load_config(None, list(overrides))
+        return report_dir(cfg.diagnostics, cfg.checkpoint.dir)
+
+    local = of(f"checkpoint.dir={tmp_path}")
     assert local is not None and local.parent == tmp_path and is_own_name(local.name)
-    assert report_dir(load_config(None, ["checkpoint.dir=s3://bucket/run"])) is None
-    chosen = report_dir(load_config(None, [f"diagnostics.report_dir={tmp_path / 'r'}"]))
+    assert of("checkpoint.dir=s3://bucket/run") is None
+    chosen = of(f"diagnostics.report_dir={tmp_path / 'r'}")
     assert chosen == tmp_path / "r"

@@ -19,6 +19,8 @@ from kubeddp.trainer.arguments import OneLineErrorParser, number
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
+    DDPConfig,
+    TrainConfig,
     add_config_options,
     config_options_argv,
     load_config_options,
@@ -26,7 +28,11 @@ from kubeddp.trainer.config import (
 )
 from kubeddp.trainer.launcher import checkpoint_sync, end_signals, torchrun_cli
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
-from kubeddp.trainer.launcher.metrics_server import MetricsSetupError, start_for_launch
+from kubeddp.trainer.launcher.metrics_server import (
+    MetricsSetupError,
+    PodMetricsEndpoint,
+    start_for_launch,
+)
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
     add_program_options,
@@ -45,7 +51,7 @@ from kubeddp.trainer.launcher.rendezvous import (
     plan_from_env,
 )
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
-from kubeddp.trainer.launcher.stall_watch import start_diagnostics
+from kubeddp.trainer.launcher.stall_watch import StallWatch, start_diagnostics
 from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.torchrun_cli import spellings
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
@@ -69,16 +75,16 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _compile_problem(cfg: Config) -> str | None:
+def _compile_problem(train: TrainConfig, ddp: DDPConfig) -> str | None:
     """train.compile=on where torch.compile cannot build its kernels: said once, before any
     rendezvous wait (workers that a user's own torchrun starts check it themselves)."""
-    if cfg.train.compile == "off":
+    if train.compile == "off":
         return None
     from kubeddp.trainer.devices import DistributedSetupError, choose_device
     from kubeddp.trainer.worker.compiled import compile_plan
 
     try:
-        compile_plan(cfg.train.compile, choose_device(cfg.ddp, 0))
+        compile_plan(train.compile, choose_device(ddp, 0))
     except DistributedSetupError:
         return None  # no such device: each worker says so, as without compile
     except ValueError as exc:
@@ -311,7 +317,7 @@ def preflight(
     ConfigError or RendezvousError."""
     # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
     cfg = load_config_options(launch_plan.options, env)
-    problem = _compile_problem(cfg) if launch_plan.program is None else None
+    problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)
@@ -341,7 +347,7 @@ def run_launch(
         return _run_as_torchrun_worker(program, cfg)
     try:  # before the budget: the keeper holds the budget's record and the checkpoints
         sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
-        program_workdir(program, cfg, env)
+        program_workdir(program, cfg.checkpoint.dir, env)
     except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
         return _keeper_failed(exc)
     try:
@@ -414,26 +420,37 @@ def _run_pod(
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
-    watch = start_diagnostics(cfg, metrics, _log)
+    watch = start_diagnostics(cfg.diagnostics, cfg.checkpoint.dir, metrics, _log)
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
-        outcome = _train(plan, cfg, deadline, budget, spawns, refresh, watch.env if watch else {})
+        worker_env = _worker_env(resolved_config_env(cfg), spawns, watch.env if watch else {})
+        grace, rejoin = cfg.checkpoint.preempt_grace_seconds, cfg.retries.rejoin
+        outcome = _train(plan, worker_env, deadline, budget, grace, rejoin, refresh)
     except Exception as exc:  # a signal just after the agent returned (its handler stays)
         signalled = end_signals.exit_code_of(exc)
         if signalled is None:
             raise
         outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
-        if watch is not None:
-            code = watch.finish(outcome.code)
-            if code != outcome.code:  # the stall watch stopped the workers: its line is why
-                outcome = Outcome(code, reason=watch.termination_line())
-        if metrics is not None:
-            metrics.finish(outcome.code, _log)
-        if watch is not None:
-            watch.remove()  # after the metrics' linger: its last scrapes still read the records
+        outcome = _stop_watching(watch, metrics, outcome)
     return _ended(budget, outcome)
+
+
+def _stop_watching(
+    watch: StallWatch | None, metrics: PodMetricsEndpoint | None, outcome: Outcome
+) -> Outcome:
+    """End the stall watch and /metrics; the outcome is the watch's when it stopped the
+    workers."""
+    if watch is not None:
+        code = watch.finish(outcome.code)
+        if code != outcome.code:  # the stall watch stopped the workers: its line is why
+            outcome = Outcome(code, reason=watch.termination_line())
+    if metrics is not None:
+        metrics.finish(outcome.code, _log)
+    if watch is not None:
+        watch.remove()  # after the metrics' linger: its last scrapes still read the records
+    return outcome
 
 
 def _ended(budget: RetryBudget, outcome: Outcome) -> int:
@@ -458,9 +475,11 @@ def _rejoins(plan: RendezvousPlan) -> bool:
 
 
 def _worker_env(
-    cfg: Config, spawns: bool, diagnostics_env: Mapping[str, str] | None
+    config_env: Mapping[str, str], spawns: bool, diagnostics_env: Mapping[str, str] | None
 ) -> dict[str, str]:
-    env = {**resolved_config_env(cfg), **(diagnostics_env or {})}
+    """What the workers' environment adds: the resolved config (`config_env`), the stall
+    watch's settings and whether the program spawns its own workers."""
+    env = {**config_env, **(diagnostics_env or {})}
     if spawns:
         env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     return env
@@ -468,12 +487,12 @@ def _worker_env(
 
 def _train(
     plan: RendezvousPlan,
-    cfg: Config,
+    worker_env: Mapping[str, str],
     deadline: float,
     budget: RetryBudget,
-    spawns: bool,
+    grace: float,
+    rejoin: bool,
     refresh: Callable[[], object] | None = None,
-    diagnostics_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """torchrun's agent; while only a peer in another pod failed, this pod rejoins the next
     rendezvous instead of exiting. Its own pod is not recreated then, and the Job controller
@@ -481,13 +500,8 @@ def _train(
     exponential recreation delay (10 s doubling to 6 min) that ignored failures still grow."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    worker_env = _worker_env(cfg, spawns, diagnostics_env)
-    grace = cfg.checkpoint.preempt_grace_seconds
-    rounds = (
-        RendezvousRounds(plan, deadline)
-        if cfg.retries.rejoin and RendezvousRounds.applies(plan)
-        else None
-    )
+    # grace: checkpoint.preempt_grace_seconds; rejoin: retries.rejoin
+    rounds = RendezvousRounds(plan, deadline) if rejoin and RendezvousRounds.applies(plan) else None
 
     def agent() -> Outcome:
         rdzv_round = rounds.next_round(_log) if rounds is not None else None
@@ -495,7 +509,7 @@ def _train(
 
     try:
         outcome = agent()
-        while outcome.rejoin and cfg.retries.rejoin and _rejoins(plan):
+        while outcome.rejoin and rejoin and _rejoins(plan):
             budget.ended(outcome.code, outcome.reason)
             refusal = budget.start()
             if refusal:
@@ -518,16 +532,16 @@ def _train(
     return outcome
 
 
-def program_workdir(program: Program | None, cfg: Config, env: Mapping[str, str]) -> None:
-    """A user's program starts in checkpoint.dir when the manifest asks (the chart does), so a
-    relative `snapshot.pt` lands on the durable checkpoint storage."""
+def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[str, str]) -> None:
+    """A user's program starts in checkpoint.dir (`checkpoint_dir`) when the manifest asks (the
+    chart does), so a relative `snapshot.pt` lands on the durable checkpoint storage."""
     if program is None or env.get(constants.ENV_PROGRAM_IN_CHECKPOINT_DIR) != "1":
         return
     if program.mode == "script" and not os.path.isabs(program.target):
         return  # a relative script path would no longer be found
-    os.makedirs(cfg.checkpoint.dir, exist_ok=True)
-    os.chdir(cfg.checkpoint.dir)
-    _log(f"[kubeddp] program runs in {cfg.checkpoint.dir} (relative paths land there)")
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    os.chdir(checkpoint_dir)
+    _log(f"[kubeddp] program runs in {checkpoint_dir} (relative paths land there)")
 
 
 def train_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.config import Config
+from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.stall_report import RankState, StallReport, build_report
 from kubeddp.trainer.worker import flight_recorder
@@ -51,15 +51,15 @@ PROGRESS_LINE = "[kubeddp] progress: "
 PROGRESS_EVERY_SECONDS = 60.0
 
 
-def report_dir(cfg: Config) -> Path | None:
+def report_dir(settings: DiagnosticsConfig, checkpoint_dir: str) -> Path | None:
     """diagnostics.report_dir, else `.kubeddp-diagnostics` in a local checkpoint.dir (a name
     the checkpoint directory's safety check knows as kubeddp's); None for object storage
     without a report_dir (the report is then in the log only)."""
-    if cfg.diagnostics.report_dir:
-        return Path(cfg.diagnostics.report_dir)
-    if "://" in cfg.checkpoint.dir:
+    if settings.report_dir:
+        return Path(settings.report_dir)
+    if "://" in checkpoint_dir:
         return None
-    return Path(cfg.checkpoint.dir) / ".kubeddp-diagnostics"
+    return Path(checkpoint_dir) / ".kubeddp-diagnostics"
 
 
 def read_records(directory: str) -> list[RankRecord]:
@@ -68,11 +68,12 @@ def read_records(directory: str) -> list[RankRecord]:
 
 
 class StallWatch:
-    def __init__(self, cfg: Config, log: Callable[[str], None]) -> None:
-        d = cfg.diagnostics
-        self.stall_seconds = d.stall_seconds
-        self.action = d.on_stall
-        self.report_dir = report_dir(cfg)
+    def __init__(
+        self, settings: DiagnosticsConfig, checkpoint_dir: str, log: Callable[[str], None]
+    ) -> None:
+        self.stall_seconds = settings.stall_seconds
+        self.action = settings.on_stall
+        self.report_dir = report_dir(settings, checkpoint_dir)
         self.log = log
         self.directory = str(scratch.owned_dir(constants.DIAG_DIR_PREFIX))
         self.acted = False  # on_stall=exit ended the workers
@@ -280,11 +281,14 @@ def _write_termination_message(line: str) -> None:
             f.write(line[:4000])
 
 
-def start_diagnostics(cfg: Config, metrics: Any, log: Callable[[str], None]) -> StallWatch | None:
-    """The watch (None when diagnostics are off), its progress series on /metrics."""
-    if not cfg.diagnostics.enabled:
+def start_diagnostics(
+    settings: DiagnosticsConfig, checkpoint_dir: str, metrics: Any, log: Callable[[str], None]
+) -> StallWatch | None:
+    """The watch (None when diagnostics are off), its progress series on /metrics; its reports
+    go beside the checkpoints in `checkpoint_dir` unless diagnostics.report_dir says where."""
+    if not settings.enabled:
         return None
-    watch = StallWatch(cfg, log)
+    watch = StallWatch(settings, checkpoint_dir, log)
     if metrics is not None:
         from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
 

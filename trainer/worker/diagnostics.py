@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.config import Config
+from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.worker import collectives
 from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.divergence import NonFinite, NonFiniteGuard
@@ -28,13 +28,13 @@ class Diverged(Exception):
 class Diagnostics:
     def __init__(
         self,
-        cfg: Config,
+        settings: DiagnosticsConfig,
         ctx: DistContext,
         optimizer: torch.optim.Optimizer,
         scaler_on: bool,
         progress: Any,
     ) -> None:
-        d = cfg.diagnostics
+        d = settings
         self.ctx, self.progress = ctx, progress
         self.heartbeat: Heartbeat = this_rank() if d.enabled else Heartbeat(None, ctx.rank)
         collectives.install(self.heartbeat)

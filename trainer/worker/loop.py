@@ -115,7 +115,7 @@ class Trainer:
         )
         self.losses = DeviceLosses()
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
-        step_times = step_times_file(cfg, ctx.rank, ctx.world_size, tokens, ctx.device)
+        step_times = step_times_file(t, ctx.rank, ctx.world_size, tokens, ctx.device)
         self.observers = [o for o in (sample_ids, step_times) if o is not None]
         parts = {  # what a checkpoint holds: a new piece of state is one line here
             "model": self.raw_model,
@@ -130,7 +130,7 @@ class Trainer:
         self.checkpoints = CheckpointManager(
             cfg.checkpoint,
             ctx,
-            RunInfo.of(cfg),
+            RunInfo(cfg.model_hash(), cfg.config_hash(), cfg.to_yaml(), t.seed),
             {name: part for name, part in parts.items() if part is not None},
             metrics=self.metrics,
             log=self.progress.log,
@@ -141,7 +141,9 @@ class Trainer:
         )
         self.stop_vote = StopVote(ctx.device, ctx.distributed, cfg.checkpoint.preempt_grace_seconds)
         self._timeout_switched = False
-        self.diag = Diagnostics(cfg, ctx, self.optimizer, self.scaler.is_enabled(), self.progress)
+        self.diag = Diagnostics(
+            cfg.diagnostics, ctx, self.optimizer, self.scaler.is_enabled(), self.progress
+        )
         self.diag.watch(self.model)
         self._copies_checked = ctx.device.type != "cuda"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.config import Config
+from kubeddp.trainer.config import TrainConfig
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 
 
@@ -140,7 +140,7 @@ class SampleIdRecorder(StepObserver):
 
 
 def step_times_file(
-    cfg: Config,
+    train: TrainConfig,
     rank: int,
     world_size: int,
     tokens_per_sample: int,
@@ -150,6 +150,5 @@ def step_times_file(
     path = os.environ.get(constants.ENV_SUMMARY_FILE, "")
     if rank != 0 or not path:
         return None
-    t = cfg.train
-    samples_per_step = t.batch_size * t.grad_accum_steps * world_size
+    samples_per_step = train.batch_size * train.grad_accum_steps * world_size
     return StepTimesFile(Path(path), world_size, samples_per_step, tokens_per_sample, device)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeddp.trainer import exit_codes, yaml_io
-from kubeddp.trainer.config import CheckpointConfig, Config
+from kubeddp.trainer.config import CheckpointConfig
 from kubeddp.trainer.worker.checkpoint import safety
 from kubeddp.trainer.worker.checkpoint.backends import storage_for
 from kubeddp.trainer.worker.checkpoint.parts import TOP_LEVEL, PerRank, Stateful
@@ -39,16 +39,13 @@ from kubeddp.trainer.worker.preemption import STOP_NONE, STOP_SAVE_FAILED
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What a checkpoint records of the run that wrote it (checked on resume)."""
+    """What a checkpoint records of the run that wrote it (checked on resume): hashes and a
+    copy of the whole config, made by the Trainer that holds it."""
 
     model_hash: str
     config_hash: str
     config_yaml: str
     seed: int
-
-    @classmethod
-    def of(cls, cfg: Config) -> RunInfo:
-        return cls(cfg.model_hash(), cfg.config_hash(), cfg.to_yaml(), cfg.train.seed)
 
 
 def _seed_of(state: dict[str, Any]) -> int | None:
