@@ -86,6 +86,7 @@ class KubectlProxy:
     """One `kubectl proxy --port=0` process and the port it serves on."""
 
     def __init__(self, kubectl: str, options: list[str]) -> None:
+        self.errors: list[str] = []  # its last stderr lines
         self.process = subprocess.Popen(
             [kubectl, "proxy", "--port=0", "--address=127.0.0.1", *options],
             stdin=subprocess.DEVNULL,
@@ -99,7 +100,6 @@ class KubectlProxy:
         except BaseException:
             self.close()
             raise
-        self.errors: list[str] = []
         # kubectl logs every failed request on stderr: read it so the pipe never fills.
         threading.Thread(target=self._drain, daemon=True, name="kubectl-proxy-stderr").start()
 
@@ -218,8 +218,9 @@ class ProxyTransport:
         name = type(exc).__name__
         if isinstance(exc, TimeoutError):
             return Unreachable("timeout", name)
-        if self.proxy.process.poll() is not None:  # kubectl itself is gone
-            return Unreachable("refused", f"kubectl proxy exited ({self.proxy.process.returncode})")
+        if self.proxy.process.poll() is not None:  # kubectl itself is gone: say its last word
+            said = self.proxy.errors[-1:] or [f"exit {self.proxy.process.returncode}"]
+            return Unreachable("refused", f"kubectl proxy ended: {said[0][:200]}")
         if isinstance(exc, http.client.HTTPException):
             return Unreachable("protocol", name)
         return Unreachable("refused", name)
