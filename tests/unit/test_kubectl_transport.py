@@ -119,6 +119,13 @@ def _crd(api: fake_api.FakeApiServer) -> None:
     api.route("GET", CRD_PATH + "pytorchjobs.kubeflow.org", 404, "404 page not found")
 
 
+def _misbehaving(mode: str) -> Callable[[fake_api.FakeApiServer], None]:
+    def routes(api: fake_api.FakeApiServer) -> None:
+        api.misbehaviour = mode
+
+    return routes
+
+
 SUBMIT = ["submit", "pytorchjob", "--name", "demo", "--nodes", "2", "--validate-against"]
 SCENARIOS = {  # name: (routes, argv, exit code)
     "status": (_status, ["status", "demo"], 0),
@@ -132,6 +139,10 @@ SCENARIOS = {  # name: (routes, argv, exit code)
     "409": (_exists, [*SUBMIT, "offline"], exit_codes.CLUSTER_ERROR),
     "403": (_forbidden, ["delete", "demo"], exit_codes.CLUSTER_ERROR),
     "crd-missing": (_crd, [*SUBMIT, "cluster"], exit_codes.CLUSTER_ERROR),
+    # A proxy in front of the API server (not kubectl's) answers 502; a login page; no object.
+    "502": (_misbehaving("502"), ["status", "demo"], exit_codes.CLUSTER_ERROR),
+    "html": (_misbehaving("html"), ["status", "demo"], exit_codes.CLUSTER_ERROR),
+    "wrong-kind": (_misbehaving("wrong-kind"), ["delete", "demo"], exit_codes.CLUSTER_ERROR),
 }
 
 
@@ -269,6 +280,22 @@ def test_unreachable_server_is_one_line_as_with_the_client(
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     code, _, err = run_client(["status", "demo"], capsys)
     assert code == exit_codes.CLUSTER_ERROR and line.fullmatch(err.strip()), err
+
+
+def test_a_server_that_never_answers_is_one_line_within_the_timeout(
+    kubectl, tmp_path: Path
+) -> None:
+    wrapper, pids = kubectl
+    with fake_api.running(tmp_path) as api:
+        api.misbehaviour = "hang"
+        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", api.url, api.ca_pem)
+        argv = ["status", "demo", "--request-timeout", "2"]
+        code, out, err = run_kubectl(argv, _env(kubeconfig, wrapper, tmp_path), tmp_path)
+    assert code == exit_codes.CLUSTER_ERROR and out == "", err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"kubeddp status: error: the API server at {api.url} did not answer "
+                           "within 2s"), line  # fmt: skip
+    assert_proxies_gone(pids)
 
 
 def test_kubeconfig_list_is_merged_as_kubectl_merges_it(kubectl, tmp_path: Path) -> None:
