@@ -1,7 +1,9 @@
 """The transport through `kubectl proxy`, for machines with kubectl and without the Python
 client: kubectl does all authentication (exec plugins, OIDC, client certificates) and
-serves the API unauthenticated on 127.0.0.1:PORT for as long as the command runs; kubeddp
-talks plain HTTP to it, so status codes and Status bodies arrive as the API server sent them.
+serves the API unauthenticated for as long as the command runs; kubeddp talks plain HTTP to
+it, so status codes and Status bodies arrive as the API server sent them. It listens on a
+Unix socket in a private folder (mode 0700: no other local user can use the credentials);
+on Windows, on 127.0.0.1 with a free port.
 
 The proxy is started for one command and stopped when it ends: by `close()` (the CLI calls
 it on every exit, Ctrl-C included), at interpreter exit, and on Linux by the kernel when
@@ -20,8 +22,10 @@ import re
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -51,7 +55,8 @@ NEEDS = (
     "Python client: install kubectl, or pip install 'kubeddp[kube]'"
 )
 START_SECONDS = 15  # kubectl reads the kubeconfig and listens; it dials nothing yet
-SERVING = re.compile(rb"Starting to serve on 127\.0\.0\.1:(\d+)")
+SERVING = re.compile(rb"Starting to serve on (\S+)")
+UNIX_SOCKETS = hasattr(socket, "AF_UNIX") and sys.platform != "win32"
 STOP_SECONDS = 5
 # What kubectl proxy answers (500, text/plain, a Go error) when it cannot get an answer from
 # the API server; a real API server's own errors are Status objects in JSON.
@@ -82,13 +87,30 @@ def _die_with_parent() -> None:  # in the child, before exec: SIGTERM when kubed
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)  # the Host kubectl proxy accepts
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
 class KubectlProxy:
-    """One `kubectl proxy --port=0` process and the port it serves on."""
+    """One `kubectl proxy` process and where it serves: a Unix socket, or a free local port."""
 
     def __init__(self, kubectl: str, options: list[str]) -> None:
         self.errors: list[str] = []  # its last stderr lines
+        self.folder = tempfile.mkdtemp(prefix="kubeddp-kubectl-") if UNIX_SOCKETS else None
+        where = (
+            [f"--unix-socket={os.path.join(self.folder, 'api.sock')}"]
+            if self.folder
+            else ["--port=0", "--address=127.0.0.1"]
+        )
         self.process = subprocess.Popen(
-            [kubectl, "proxy", "--port=0", "--address=127.0.0.1", *options],
+            [kubectl, "proxy", *where, *options],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -96,14 +118,19 @@ class KubectlProxy:
         )
         _OPEN.add(self)
         try:
-            self.port = self._wait_until_serving()
+            self.address = self._wait_until_serving()
         except BaseException:
             self.close()
             raise
         # kubectl logs every failed request on stderr: read it so the pipe never fills.
         threading.Thread(target=self._drain, daemon=True, name="kubectl-proxy-stderr").start()
 
-    def _wait_until_serving(self) -> int:
+    def connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.folder:
+            return _UnixConnection(self.address, timeout)
+        return http.client.HTTPConnection(self.address, timeout=timeout)
+
+    def _wait_until_serving(self) -> str:
         assert self.process.stdout is not None
         with selectors.DefaultSelector() as selector:
             selector.register(self.process.stdout, selectors.EVENT_READ)
@@ -116,7 +143,7 @@ class KubectlProxy:
                     seen += chunk
         found = SERVING.search(seen)
         if found:
-            return int(found.group(1))
+            return found.group(1).decode(errors="replace")
         self.close()
         why = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
         why = " ".join(why.split()).removeprefix("error: ")[:300]
@@ -138,9 +165,10 @@ class KubectlProxy:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for pipe in (self.process.stdout,):
-            if pipe is not None:
-                pipe.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _kubectl_options(choice: KubeconfigChoice, context: str | None) -> list[str]:
@@ -201,7 +229,7 @@ class ProxyTransport:
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        connection = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=timeout)
+        connection = self.proxy.connection(timeout)
         try:
             connection.request(method, target, body=data, headers=headers)
             response = connection.getresponse()

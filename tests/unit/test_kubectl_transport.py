@@ -152,7 +152,10 @@ def kubectl(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     binary = helm_cli.require(helm_cli.KUBECTL, "kubectl")
     pids = tmp_path / "kubectl.pids"
     wrapper = tmp_path / "kubectl-recorded"
-    wrapper.write_text(f'#!/bin/sh\necho $$ >> "{pids}"\nexec "{binary}" "$@"\n')
+    arguments = tmp_path / "kubectl.args"
+    wrapper.write_text(
+        f'#!/bin/sh\necho $$ >> "{pids}"\necho "$@" >> "{arguments}"\nexec "{binary}" "$@"\n'
+    )
     wrapper.chmod(0o755)
     yield wrapper, pids
     for pid in _recorded(pids):  # a failed test leaves nothing running
@@ -332,7 +335,13 @@ def test_bad_context_is_one_line_before_kubectl_starts(kubectl, tmp_path: Path) 
     assert _recorded(pids) == []
 
 
+def _socket_folder(tmp_path: Path) -> Path:
+    (argument,) = re.findall(r"--unix-socket=(\S+)", (tmp_path / "kubectl.args").read_text())
+    return Path(argument).parent
+
+
 def test_ctrl_c_stops_the_proxy(kubectl, tmp_path: Path) -> None:
+    """...and removes its socket, which only this user could reach while it ran."""
     wrapper, pids = kubectl
     with fake_api.running() as api:
         api.misbehaviour = "hang"  # the command waits for an answer that never comes
@@ -341,6 +350,8 @@ def test_ctrl_c_stops_the_proxy(kubectl, tmp_path: Path) -> None:
         try:
             fake_api.wait_for_requests(api, 1, timeout=COMMAND_SECONDS)
             assert api.requests, "kubeddp never reached the API server through kubectl"
+            folder = _socket_folder(tmp_path)
+            assert folder.stat().st_mode & 0o077 == 0, oct(folder.stat().st_mode)
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=COMMAND_SECONDS)
         finally:
@@ -349,6 +360,7 @@ def test_ctrl_c_stops_the_proxy(kubectl, tmp_path: Path) -> None:
                 proc.wait()
     assert proc.returncode == exit_codes.INTERRUPTED, err
     assert_proxies_gone(pids)
+    assert not folder.exists()
 
 
 def test_a_killed_kubeddp_takes_its_proxy_along(kubectl, tmp_path: Path) -> None:
