@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -381,6 +382,7 @@ def test_a_killed_kubeddp_takes_its_proxy_along(kubectl, tmp_path: Path) -> None
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     assert_proxies_gone(pids)
+    shutil.rmtree(_socket_folder(tmp_path))  # SIGKILL left it: no Python ran to remove it
 
 
 def test_neither_kubectl_nor_client_says_what_to_install(tmp_path: Path) -> None:
