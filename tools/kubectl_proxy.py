@@ -109,13 +109,21 @@ class KubectlProxy:
             if self.folder
             else ["--port=0", "--address=127.0.0.1"]
         )
-        self.process = subprocess.Popen(
-            [kubectl, "proxy", *where, *options],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
+        try:
+            self.process = subprocess.Popen(
+                [kubectl, "proxy", *where, *options],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        except OSError as exc:  # not executable, not a program
+            if self.folder:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            raise KubeInputError(
+                f"cannot run kubectl {kubectl} ({exc.strerror or exc}); install kubectl, or "
+                f"set ${KUBECTL_ENV} to a working one"
+            ) from None
         _OPEN.add(self)
         try:
             self.address = self._wait_until_serving()
@@ -144,11 +152,18 @@ class KubectlProxy:
         found = SERVING.search(seen)
         if found:
             return found.group(1).decode(errors="replace")
+        ended = None
+        with contextlib.suppress(subprocess.TimeoutExpired):  # stdout closed: it is ending
+            ended = self.process.wait(STOP_SECONDS if time.monotonic() < deadline else 0)
         self.close()
         why = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
         why = " ".join(why.split()).removeprefix("error: ")[:300]
         if not why:
-            why = f"it did not start serving within {START_SECONDS}s"
+            why = (
+                f"it did not start serving within {START_SECONDS}s"
+                if ended is None
+                else f"it ended with exit code {ended} without serving"
+            )
         raise KubeError(f"kubectl proxy failed: {why}; fix the kubeconfig or --context")
 
     def _drain(self) -> None:
