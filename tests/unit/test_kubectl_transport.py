@@ -393,3 +393,15 @@ def test_neither_kubectl_nor_client_says_what_to_install(tmp_path: Path) -> None
         assert code == exit_codes.BAD_INPUT and out == "", err
         (line,) = err.strip().splitlines()
         assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
+
+
+def test_a_kubectl_that_does_not_serve_is_one_line(tmp_path: Path) -> None:
+    """`$KUBEDDP_KUBECTL` names a program that ends at once (here `true`): said, not waited."""
+    kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    env = _env(kubeconfig, Path("/bin/true"), tmp_path)
+    code, out, err = run_kubectl(["status", "demo"], env, tmp_path)
+    assert code == exit_codes.CLUSTER_ERROR and out == "", err
+    assert err.strip() == (
+        "kubeddp status: error: kubectl proxy failed: it ended with exit code 0 without "
+        "serving; fix the kubeconfig or --context"
+    )
