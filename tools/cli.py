@@ -1,6 +1,7 @@
 """The `kubeddp` command line: `launch`/`train` run training; the rest handle manifests, clusters.
 
-Heavy imports (torch, kubernetes) happen inside each subcommand so `kubeddp --help` is instant.
+Heavy imports (torch, the Kubernetes client) happen inside each subcommand so `kubeddp --help`
+is instant.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
-# The `cli` extra: what render, validate, submit and the cluster commands import.
-CLI_EXTRA_MODULES = (
-    "jsonschema",
-    "kubernetes",
-)
+# The `cli` extra: what render, validate, submit and the cluster commands import (the cluster
+# commands reach the API through kubectl, or the `kube` extra's client: tools/kube_transport.py).
+CLI_EXTRA_MODULES = ("jsonschema",)
 INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
 CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
 DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
@@ -55,6 +54,16 @@ def main(argv: list[str] | None = None) -> int:
             f"it; {DEBUG_ENV}=1 shows the traceback)",
             exit_codes.INTERNAL_ERROR,
         )
+    finally:
+        _stop_kubectl_proxies()
+
+
+def _stop_kubectl_proxies() -> None:
+    """A cluster command's `kubectl proxy` ends with the command, also after an error or
+    Ctrl-C (only where one may have been started: the module is then imported)."""
+    started = sys.modules.get("kubeddp.tools.kubectl_proxy")
+    if started is not None:
+        started.close_all()
 
 
 def _dispatch(argv: list[str]) -> int:

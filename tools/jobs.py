@@ -18,6 +18,7 @@ import yaml
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kinds import KINDS, JobKind
 from kubeddp.tools.kube import Cluster, KubeError, object_path
+from kubeddp.tools.kube_errors import StreamBroken
 from kubeddp.tools.resources import (
     CONFIG_MAP,
     DEPLOYMENT,
@@ -213,8 +214,6 @@ def logs(
             for line in cluster.pod_log(pod, kind.container, tail_lines).splitlines():
                 print(f"[{pod}] {line}", file=out)
         return
-    from urllib3.exceptions import HTTPError
-
     lock = threading.Lock()
     errors: list[str] = []
 
@@ -230,8 +229,8 @@ def logs(
                         print(f"[{pod}] {line}", file=out, flush=True)
         except KubeError as exc:
             errors.append(str(exc))
-        except (HTTPError, OSError) as exc:  # the stream broke off
-            errors.append(f"the log stream of pod {pod} broke off ({type(exc).__name__})")
+        except StreamBroken as exc:  # the stream broke off
+            errors.append(f"the log stream of pod {pod} broke off ({exc})")
 
     threads = [threading.Thread(target=pump, args=(pod,), daemon=True) for pod in pods]
     for thread in threads:

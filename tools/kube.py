@@ -1,4 +1,5 @@
-"""Talk to the Kubernetes API with the official client: connect, create, read, delete, logs.
+"""Talk to the Kubernetes API: connect, create, read, delete, logs, through the official client
+or kubectl proxy (tools/kube_transport.py), with the same checks and messages for both.
 
 Every API failure becomes a `KubeError` whose one-line message says what to do: install the
 missing operator (with the exact command), ask for RBAC (k8s/rbac.yaml), fix the kubeconfig.
@@ -7,18 +8,18 @@ missing operator (with the exact command), ask for RBAC (k8s/rbac.yaml), fix the
 from __future__ import annotations
 
 import json
-import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from kubeddp.tools import kubeconfig as _kubeconfig
 from kubeddp.tools.chart.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.kube_errors import HttpStatusError, KubeError, KubeInputError, Unreachable
+from kubeddp.tools.kube_transport import Transport, choose_kubeconfig
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
-from kubeddp.trainer import exit_codes
+
+__all__ = ["Cluster", "Expected", "KubeError", "KubeInputError", "explain", "object_path"]
 
 INSTALL_HINTS = {  # by API group: what to install when its API is missing
     **{kind.resource.group: kind.install_hint for kind in KINDS.values() if kind.install_hint},
@@ -26,23 +27,10 @@ INSTALL_HINTS = {  # by API group: what to install when its API is missing
     "without --podmonitor",
 }
 RBAC_HINT = "ask an admin to apply k8s/rbac.yaml (Role kubeddp-submitter) and bind it to you"
-IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_REQUEST_TIMEOUT = 30  # seconds a call may wait for the API server's answer
 CONNECT_TIMEOUT = 10
 MAX_NAME = 253  # object names: DNS-1123 subdomains
 MAX_LABEL = 63  # namespaces: DNS-1123 labels
-
-
-class KubeError(RuntimeError):
-    """A cluster operation failed; the message is one line with the fix."""
-
-    exit_code = exit_codes.CLUSTER_ERROR
-
-
-class KubeInputError(KubeError):
-    """What the user asked for cannot be sent (a bad name, a kind kubeddp does not send)."""
-
-    exit_code = exit_codes.BAD_INPUT
 
 
 RESOURCES = {
@@ -91,42 +79,28 @@ def object_path(resource: Resource, namespace: str, name: str | None = None) -> 
     return path if name is None else f"{path}/{checked_name(name, resource.kind.lower())}"
 
 
-def _load_kubeconfig(
-    path: str, context: str | None, configuration: Any, merged_from: list[str] | None = None
-) -> str | None:
-    """Read the kubeconfig through kubeddp's bounded YAML reader (several $KUBECONFIG files
-    merged as kubectl does), set up `configuration`; the namespace of the chosen context."""
-    from kubernetes.config.kube_config import ConfigException, KubeConfigLoader
-
-    try:
-        data = _kubeconfig.merge(merged_from) if merged_from else _kubeconfig.read(path)
-    except _kubeconfig.KubeconfigError as exc:
-        raise KubeError(str(exc)) from None
-    try:
-        loader = KubeConfigLoader(
-            config_dict=data,
-            active_context=context,
-            config_base_path=str(Path(path).resolve().parent),
-        )
-        loader.load_and_set(configuration)
-        chosen = loader.current_context or {}
-        return (chosen.get("context") or {}).get("namespace")
-    except Exception as exc:  # noqa: BLE001 - the client fails on a bad file in many ways
-        why = " ".join(str(exc).split())[:200] or type(exc).__name__
-        if not isinstance(exc, ConfigException):
-            why = f"{type(exc).__name__}: {why}"
-        raise KubeError(
-            f"kubeconfig {path} cannot be used ({why}); fix it or pass --kubeconfig/--context"
-        ) from None
-
-
 def _not_json(data: bytes) -> str:
     start = data[:60].decode(errors="replace")
     return " ".join(start.split())
 
 
+def open_transport(
+    kubeconfig: str | None, context: str | None, timeout: tuple[int, int]
+) -> Transport:
+    """The client when `kubernetes` imports, else kubectl; neither: one line (exit 2)."""
+    try:
+        import kubernetes.client  # noqa: F401 - only whether it is there
+    except ImportError:
+        from kubeddp.tools.kubectl_proxy import ProxyTransport
+
+        return ProxyTransport(choose_kubeconfig(kubeconfig), context, timeout)
+    from kubeddp.tools.kube_client import ClientTransport
+
+    return ClientTransport(choose_kubeconfig(kubeconfig), context)
+
+
 class Cluster:
-    """An API client plus the namespace to use; all calls return plain JSON dicts.
+    """A transport to the API server plus the namespace to use; calls return plain JSON dicts.
 
     Every request goes through `request`: names are checked before a URL is made, every call
     has a connect and a read timeout (whole seconds: the client ignores a float), and any
@@ -141,71 +115,43 @@ class Cluster:
         namespace: str | None = None,
         request_timeout: int = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        from kubernetes import client, config
-        from urllib3.util.retry import Retry
-
         # (connect, read) in whole seconds: the kubernetes client drops a float timeout.
         seconds = max(1, int(request_timeout))
         self.timeout = (min(CONNECT_TIMEOUT, seconds), seconds)
         self.total_seconds = float(seconds)  # the whole call, connect to the answer's last byte
         if namespace is not None:
             checked_namespace(namespace)
-        listed = [] if kubeconfig else _kubeconfig.paths_from_env(os.environ.get("KUBECONFIG", ""))
-        existing = [p for p in listed if Path(p).is_file()]
-        path = (
-            kubeconfig
-            or (existing[0] if existing else None)
-            or (os.pathsep.join(listed) if listed else str(Path.home() / ".kube" / "config"))
-        )
-        context_namespace = None
-        configuration = client.Configuration()
-        # Retry a failed connection once; never a request that was sent (a read timeout).
-        configuration.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0, other=0)
-        if Path(path).is_file():
-            merged = existing if len(existing) > 1 else None
-            context_namespace = _load_kubeconfig(path, context, configuration, merged)
-        elif kubeconfig or context:
-            raise KubeError(f"no kubeconfig at {path}; pass --kubeconfig PATH or set KUBECONFIG")
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                raise KubeError(
-                    f"no Kubernetes credentials: no kubeconfig at {path} and not in a "
-                    "pod; set KUBECONFIG or pass --kubeconfig PATH"
-                ) from None
-            ns_file = Path(IN_CLUSTER_NAMESPACE_FILE)
-            context_namespace = ns_file.read_text().strip() if ns_file.is_file() else None
-        server = urlsplit(configuration.host or "")
-        if server.scheme not in ("http", "https") or not server.hostname:
-            raise KubeError(
-                f"the cluster's server {configuration.host!r} is not an http(s) URL; fix the "
-                "server of the cluster in the kubeconfig (e.g. https://10.0.0.1:6443)"
-            )
-        self.api = client.ApiClient(configuration)
-        self.namespace = checked_namespace(namespace or context_namespace or "default")
+        self.transport: Transport = open_transport(kubeconfig, context, self.timeout)
+        self.host = self.transport.host
+        try:
+            self.namespace = checked_namespace(namespace or self.transport.namespace or "default")
+        except KubeError:
+            self.transport.close()
+            raise
 
-    def _unreachable(self, exc: BaseException) -> KubeError:
-        host = self.api.configuration.host
-        exc = getattr(exc, "reason", None) or exc  # urllib3's MaxRetryError wraps the cause
-        name = type(exc).__name__
-        if name == "ConnectTimeoutError":
+    def close(self) -> None:
+        """Stop what the transport started (kubectl proxy); the command calls it at its end."""
+        self.transport.close()
+
+    def _unreachable(self, exc: Unreachable) -> KubeError:
+        host = self.host
+        if exc.how == "connect-timeout":
             return KubeError(
                 f"the API server at {host} did not accept a connection within "
                 f"{self.timeout[0]}s; check --context/--kubeconfig and that the cluster is up"
             )
-        if "Timeout" in name or isinstance(exc, TimeoutError):
+        if exc.how == "timeout":
             return KubeError(
-                f"the API server at {host} did not answer within {self.timeout[1]}s ({name}); "
-                "check that the cluster is up, or raise --request-timeout"
+                f"the API server at {host} did not answer within {self.timeout[1]}s "
+                f"({exc.name}); check that the cluster is up, or raise --request-timeout"
             )
-        if name == "ProtocolError":  # connected, then no valid HTTP answer
+        if exc.how == "protocol":
             return KubeError(
                 f"the API server at {host} closed the connection without a valid answer "
-                f"({name}); check that the kubeconfig's server is a Kubernetes API server"
+                f"({exc.name}); check that the kubeconfig's server is a Kubernetes API server"
             )
         return KubeError(
-            f"cannot reach the API server at {host} ({name}); "
+            f"cannot reach the API server at {host} ({exc.name}); "
             "check --context/--kubeconfig and that the cluster is up"
         )
 
@@ -238,7 +184,7 @@ class Cluster:
         worker.join(self.total_seconds)
         if worker.is_alive():  # left behind: a daemon thread, gone with the process
             raise KubeError(
-                f"the API server at {self.api.configuration.host} did not answer within "
+                f"the API server at {self.host} did not answer within "
                 f"{self.total_seconds:g}s ({method} {path}: not the whole answer in that time); "
                 "check that the cluster is up, or raise --request-timeout"
             )
@@ -246,31 +192,17 @@ class Cluster:
             raise outcome["error"]
         answer = outcome["answer"]
         if expect is not None:
-            expect.check(answer, method, path, self.api.configuration.host)
+            expect.check(answer, method, path, self.host)
         return answer
 
     def _request(
         self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, what: str
     ) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
-            response = self.api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                body=body,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            response = response[0] if isinstance(response, tuple) else response
-            data = response.data  # read here: a server may hang or reset mid-body
-        except ApiException as exc:
+            data = self.transport.send(method, path, query or [], body, self.timeout)
+        except HttpStatusError as exc:
             raise KubeError(explain(exc, method, path, what)) from None
-        except (HTTPError, OSError) as exc:
+        except Unreachable as exc:
             raise self._unreachable(exc) from None
         if path.endswith("/log"):
             return data.decode(errors="replace")
@@ -280,32 +212,21 @@ class Cluster:
             answer = None
         if not isinstance(answer, dict):
             raise KubeError(
-                f"the API server at {self.api.configuration.host} answered {method} {path} "
+                f"the API server at {self.host} answered {method} {path} "
                 f"with something that is not a Kubernetes object ({_not_json(data)!r}); check "
                 "that the kubeconfig's server is a Kubernetes API server"
             )
         return answer
 
-    def stream(self, path: str, query: list[tuple[str, Any]]) -> Any:
-        """A streaming GET (logs --follow): the urllib3 response. Only connecting is timed:
-        a followed log may be quiet for hours."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
+    def stream(self, path: str, query: list[tuple[str, Any]]) -> Iterator[bytes]:
+        """A streaming GET (logs --follow): its lines. Only connecting is timed: a followed
+        log may be quiet for hours. A break mid-stream raises StreamBroken (an OSError)."""
         try:
-            response = self.api.call_api(
-                path,
-                "GET",
-                query_params=query,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=(self.timeout[0], None),
-            )
-        except ApiException as exc:
+            return self.transport.stream(path, query, self.timeout[0])
+        except HttpStatusError as exc:
             raise KubeError(explain(exc, "GET", path, "pods/log")) from None
-        except (HTTPError, OSError) as exc:
+        except Unreachable as exc:
             raise self._unreachable(exc) from None
-        return response[0] if isinstance(response, tuple) else response
 
     def create(self, doc: dict, dry_run: bool = False) -> dict:
         resource = resource_for(doc)
@@ -464,7 +385,7 @@ def _group_of(path: str) -> str:
 
 
 def explain(exc: Any, method: str, path: str, what: str) -> str:
-    """An ApiException -> one line with the fix."""
+    """An error answer (status, reason, Status body) -> one line with the fix."""
     status = _status_body(exc)
     details = status.get("details") if isinstance(status.get("details"), dict) else {}
     verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(method, method.lower())

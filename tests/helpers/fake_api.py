@@ -1,13 +1,19 @@
 """A stand-in Kubernetes API server for the cluster commands: a real HTTP server on 127.0.0.1 in
 a thread of the test process. Routes map (method, path) to (status, body); every request is
 recorded. `misbehave` makes every answer go wrong the ways a broken cluster, a proxy or a
-wrong URL do: hang, HTML, a 500 page, a reset connection, JSON that is not an object."""
+wrong URL do: hang, HTML, a 500 page, a reset connection, JSON that is not an object.
+With `tls_folder` it serves HTTPS with a certificate for 127.0.0.1 made for the test (kubectl
+sends a kubeconfig's bearer token only over TLS)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import datetime
+import ipaddress
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -62,7 +68,7 @@ def status_body(code: int, reason: str, message: str, details: dict | None = Non
 class FakeApiServer:
     """Routes (method, path) -> (status, body); records every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls_folder: Path | None = None) -> None:
         self.routes: dict[tuple[str, str], tuple[int, object]] = {}
         self.requests: list[dict] = []
         self.misbehaviour: str | None = None
@@ -186,7 +192,15 @@ class FakeApiServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.ca_pem: bytes | None = None
+        scheme = "http"
+        if tls_folder is not None:
+            cert, key = self_signed_cert(tls_folder)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.ca_pem, scheme = cert.read_bytes(), "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -203,12 +217,54 @@ class FakeApiServer:
         self.server.server_close()
 
 
-def kubeconfig_for(url: str, token: str = TOKEN, namespace: str = NAMESPACE) -> dict:
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made now (cryptography comes with moto)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-api")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "fake-api.crt", folder / "fake-api.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def kubeconfig_for(
+    url: str, token: str = TOKEN, namespace: str = NAMESPACE, ca_pem: bytes | None = None
+) -> dict:
+    cluster: dict[str, str] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "test",
-        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "clusters": [{"name": "c", "cluster": cluster}],
         "users": [{"name": "u", "user": {"token": token}}],
         "contexts": [
             {"name": "test", "context": {"cluster": "c", "user": "u", "namespace": namespace}}
@@ -216,14 +272,14 @@ def kubeconfig_for(url: str, token: str = TOKEN, namespace: str = NAMESPACE) -> 
     }
 
 
-def write_kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(yaml.safe_dump(kubeconfig_for(url)))
+def write_kubeconfig(path: Path, url: str, ca_pem: bytes | None = None) -> Path:
+    path.write_text(yaml.safe_dump(kubeconfig_for(url, ca_pem=ca_pem)))
     return path
 
 
 @contextlib.contextmanager
-def running() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
+def running(tls_folder: Path | None = None) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(tls_folder)
     server.thread.start()
     try:
         yield server

@@ -59,7 +59,7 @@ HELM_4 = Release(
     {"helm": "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"},
 )
 RELEASES = (HELM_3_OLDEST, HELM_3, HELM_4)
-KUBECTL = HELM_3  # kubectl 1.33.0, for `kubectl kustomize`
+KUBECTL = HELM_3  # kubectl 1.33.0, for `kubectl kustomize` and the cluster commands' proxy
 FETCH = "python3 -m tests.helpers.helm_cli"
 
 

@@ -2,7 +2,12 @@
 - what each extra adds on disk, beyond torch, is at most what docs/install.md states;
 - with `[cli]`, `kubeddp render` and `validate` work offline through a helm binary on PATH;
   with `[cli,helm]` through the library and no binary; with neither, one line and exit 2;
+- with `[cli]` (no Kubernetes client), `kubeddp status` works through kubectl on PATH against
+  the fake API server; with neither kubectl nor the client, one line and exit 2;
 - `kubeddp --version` is the package version.
+
+The tests share one venv and run in file order: the `[cli]` ones first, then the ones that
+add an extra (`kube`, then `helm`) to it.
 
 torch is not installed (it is the trainer's dependency, 750 MiB, and the same for every extra):
 kubeddp goes in with --no-deps and its other requirements are installed from the wheel's
@@ -23,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import __version__
-from tests.helpers import helm_cli
+from tests.helpers import fake_api, helm_cli
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "install.md"
@@ -97,16 +102,24 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict:
         subprocess.run([*pip, *_requirements(wheel, extras)], check=True, timeout=600)
         seconds[name] = time.monotonic() - started
         measured[name] = _size(site) - empty
-    print(f"\ninstall beyond torch: { {k: f'{v / MIB:.1f} MiB' for k, v in measured.items()} }")
+    _report(measured, seconds)
+    return {"root": root, "sizes": measured, "pip": pip, "wheel": wheel, "empty": empty}
+
+
+def _report(sizes: dict[str, int], seconds: dict[str, float]) -> None:
+    print(f"\ninstall beyond torch: { {k: f'{v / MIB:.1f} MiB' for k, v in sizes.items()} }")
     print(f"install time (network included): { {k: f'{v:.1f} s' for k, v in seconds.items()} }")
-    return {"root": root, "sizes": measured, "pip": pip, "wheel": wheel}
+
+
+def _within_documented(sizes: dict[str, int]) -> None:
+    stated = documented_sizes()
+    for name, size in sizes.items():
+        assert name in stated, f"docs/install.md has no row for {name}"
+        assert size <= stated[name] * MIB, f"{name}: {size / MIB:.1f} MiB > {stated[name]} MiB"
 
 
 def test_each_extra_stays_within_its_documented_size(venv: dict) -> None:
-    stated = documented_sizes()
-    assert {"kubeddp", "kubeddp[cli]"} <= set(stated), stated
-    for name, size in venv["sizes"].items():
-        assert size <= stated[name] * MIB, f"{name}: {size / MIB:.1f} MiB > {stated[name]} MiB"
+    _within_documented(venv["sizes"])
 
 
 def _kubeddp(venv: dict, path: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -150,6 +163,56 @@ def test_cli_without_any_helm_says_what_to_install(venv: dict, tmp_path: Path) -
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert "install the helm binary" in line and "pip install 'kubeddp[helm]'" in line
+
+
+def _client_importable(venv: dict) -> bool:
+    python = str(venv["root"] / "bin" / "python")
+    found = subprocess.run([python, "-c", "import kubernetes"], capture_output=True, timeout=60)
+    return found.returncode == 0
+
+
+def test_cli_status_works_through_kubectl(venv: dict, tmp_path: Path) -> None:
+    assert not _client_importable(venv), "the [cli] venv has the client: run in file order"
+    kubectl = helm_cli.require(helm_cli.KUBECTL, "kubectl")
+    namespace = fake_api.NAMESPACE
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "demo"},
+           "status": {"conditions": [{"type": "Running", "status": "True"}]}}  # fmt: skip
+    pods = {"kind": "PodList", "apiVersion": "v1", "items": []}
+    with fake_api.running(tmp_path) as api:  # HTTPS: kubectl sends the token only so
+        api.route("GET", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/demo", 200, job)
+        api.route("GET", f"/api/v1/namespaces/{namespace}/pods", 200, pods)
+        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", api.url, api.ca_pem)
+        path = f"{kubectl.parent}:/usr/bin:/bin"
+        done = _kubeddp(venv, path, "status", "demo", "--kubeconfig", str(kubeconfig), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Running" in done.stdout, done.stdout
+        assert api.requests and all(
+            r["authorization"] == f"Bearer {fake_api.TOKEN}" for r in api.requests
+        ), api.requests
+
+
+def test_cli_without_kubectl_or_client_says_what_to_install(venv: dict, tmp_path: Path) -> None:
+    assert not _client_importable(venv), "the [cli] venv has the client: run in file order"
+    kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:9")
+    empty = tmp_path / "bin"  # PATH with no kubectl (the machine's own may be in /usr/bin)
+    empty.mkdir()
+    done = _kubeddp(venv, str(empty), "status", "demo", "--kubeconfig", str(kubeconfig),
+                    cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
+
+
+def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:
+    """[cli,kube]: the client on top of [cli], for machines without kubectl."""
+    site = next(venv["root"].glob("lib/python*/site-packages"))
+    started = time.monotonic()
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"cli", "kube"})], check=True,
+                   timeout=600)  # fmt: skip
+    sizes = {"kubeddp[cli,kube]": _size(site) - venv["empty"]}
+    _report(sizes, {"kubeddp[cli,kube]": time.monotonic() - started})
+    _within_documented(sizes)
+    assert _client_importable(venv)
 
 
 def test_helm_extra_renders_without_the_binary(venv: dict, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Packaging: the wheel carries the Helm chart and `kubeddp render` uses that copy; a plain
-install (no `cli` extra) answers the manifest and cluster commands with one line saying what
-to install, never a traceback."""
+install (no `cli` extra) answers the manifest commands with one line saying what to install,
+never a traceback, and the cluster commands, with neither kubectl nor the `kube` extra's
+client, likewise."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.tools.cli import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
+from kubeddp.tools.kubectl_proxy import KUBECTL_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"
@@ -90,7 +92,8 @@ def run_without(modules: tuple[str, ...], argv: list[str], tmp_path: Path):
     )
     return subprocess.run(
         [sys.executable, "-c", script],
-        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+        # No kubectl: $KUBEDDP_KUBECTL names one that is not there (PATH may have one).
+        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", KUBECTL_ENV: "/nonexistent"},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -104,11 +107,16 @@ COMMANDS = {
     "validate": ["validate", "job.yaml", "--validate-against", "offline"],
     "submit": ["submit", "pytorchjob", "--validate-against", "offline"],
     "submit-file": ["submit", "-f", "job.yaml", "--validate-against", "offline"],
+}
+# The cluster commands need kubectl or the `kube` extra's client (tools/kube_transport.py).
+CLUSTER_COMMANDS = {
     "status": ["status", "demo"],
     "logs": ["logs", "demo"],
     "wait": ["wait", "demo", "--timeout", "1"],
     "delete": ["delete", "demo"],
 }
+# A plain install: no `cli` extra, no client (the `sdk` extra's kubeflow would bring one).
+PLAIN = (*CLI_EXTRA_MODULES, "kubernetes", "kubeflow")
 JOB = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: demo}\nspec: {}\n"
 
 
@@ -123,15 +131,22 @@ def assert_one_install_line(done) -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_plain_install_says_what_to_install(command: str, tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(JOB)
-    done = run_without(CLI_EXTRA_MODULES, COMMANDS[command], tmp_path)
+    done = run_without(PLAIN, COMMANDS[command], tmp_path)
     assert_one_install_line(done)
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS)
+def test_no_kubectl_and_no_client_says_what_to_install(command: str, tmp_path: Path) -> None:
+    done = run_without(PLAIN, CLUSTER_COMMANDS[command], tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
 
 
 # A command that needs each library of the extra (offline: no cluster is asked).
 NEEDS = {
     "jsonschema": ["render", "pytorchjob", "--validate-against", "offline"],
-    "kubernetes": ["status", "demo"],
 }
 
 
