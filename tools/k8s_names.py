@@ -55,6 +55,9 @@ IMAGE_REPOSITORY = "ghcr.io/kubeddp/kubeddp"
 IMAGE_ENTRYPOINT = ("tini", "--", "kubeddp", "launch")
 IMAGE_UID = 1000
 # The checkpoint keeper pod (templates/keeper.yaml): it only moves files
+# on the job object: the one line that says where checkpoints live and what the cluster must
+# offer (what `helm install` prints in NOTES; `helm template` prints no NOTES)
+CHECKPOINTS_ANNOTATION = "kubeddp.io/checkpoints"
 KEEPER_LABEL = "kubeddp.io/checkpoint-keeper"  # value: the keeper's name; its Service selects it
 KEEPER_RESOURCES: dict = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # The CPU image as built locally and loaded into kind (`kind load docker-image`); CI and

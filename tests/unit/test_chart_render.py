@@ -21,6 +21,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from tests.helpers import reference
@@ -290,7 +291,8 @@ def test_comparison_sees_a_difference() -> None:
 
 
 def test_objects_differ_only_in_helms_labels() -> None:
-    """Metadata too: Helm's labels and the claim's keep-annotation are all that differ."""
+    """Metadata too: Helm's labels and the claim's keep-annotation are all that differ (the
+    job's storage line names the release's objects)."""
     helm_docs = helm_job_objects(ci_values(CHART / "ci" / "indexedjob-values.yaml"))
     render_docs = render_objects(CI_ARGV["indexedjob-values"])
     for helm_doc, render_doc in zip(helm_docs, render_docs, strict=True):
@@ -303,10 +305,13 @@ def test_objects_differ_only_in_helms_labels() -> None:
         assert render_labels.pop("app.kubernetes.io/managed-by") == "kubeddp"
         assert render_labels.pop("app.kubernetes.io/instance") == "demo-kubeddp"
         assert helm_labels == render_labels
-        annotations = helm_doc["metadata"].get("annotations", {})
+        annotations = dict(helm_doc["metadata"].get("annotations", {}))
         if helm_doc["kind"] == "PersistentVolumeClaim":
-            assert annotations == {"helm.sh/resource-policy": "keep"}
-        assert "annotations" not in render_doc["metadata"]
+            assert annotations.pop("helm.sh/resource-policy") == "keep"
+        render_annotations = render_doc["metadata"].get("annotations", {})
+        assert set(annotations) == set(render_annotations) <= {CHECKPOINTS_ANNOTATION}
+        for line in (*annotations.values(), *render_annotations.values()):
+            assert line.startswith("Checkpoints: ")
 
 
 def test_helm_package_makes_a_chart_that_renders(tmp_path: Path) -> None:

@@ -110,3 +110,16 @@ def test_a_helm_that_cannot_run_is_one_line_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert "pip install 'kubeddp[helm]'" in result.stderr
+
+
+@each_helm
+def test_binary_and_library_say_where_checkpoints_live(with_binary: str) -> None:
+    """`helm template` renders no NOTES: the storage line comes from the job object."""
+    argv = ("render", "pytorchjob", "--nodes", "2", "--validate-against", "offline")
+    lines = {}
+    for engine in (with_binary, helm_engine.LIBRARY):
+        result = _kubeddp({**os.environ, helm_engine.ENV: engine}, *argv)
+        assert result.returncode == 0, result.stderr
+        lines[engine] = [x for x in result.stderr.splitlines() if "Checkpoints: " in x]
+    assert lines[with_binary] == lines[helm_engine.LIBRARY]
+    assert len(lines[with_binary]) == 1 and "keeper pod" in lines[with_binary][0]

@@ -270,6 +270,7 @@ def chart_constants() -> dict[str, Any]:
         "trainerComponent": names.TRAINER_COMPONENT,
         "metricsComponent": names.METRICS_COMPONENT,
         "istioInjectAnnotation": names.ISTIO_INJECT_ANNOTATION,
+        "checkpointsAnnotation": names.CHECKPOINTS_ANNOTATION,
         "kueueQueueLabel": names.KUEUE_QUEUE_LABEL,
         "gpuResource": names.GPU_RESOURCE,
         "metricsPort": trainer.METRICS_PORT,

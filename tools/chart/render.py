@@ -22,6 +22,7 @@ from kubeddp.tools import helm_engine
 from kubeddp.tools.chart import patterns
 from kubeddp.tools.chart.render_options import Provenance
 from kubeddp.tools.chart.values import option_for
+from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION
 from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 
@@ -109,14 +110,11 @@ def _apply_order(doc: dict) -> int:
     return len(first)
 
 
-STORAGE_LINE = "Checkpoints: "  # the chart's NOTES line that says where checkpoints live
-
-
 def render_documents(
     values: dict[str, Any], provenance: Provenance | None = None, notes: list[str] | None = None
 ) -> list[dict]:
-    """The job's objects in apply order; RenderError for bad values. `notes` gets the NOTES
-    line that says which storage the job uses and what the cluster must offer."""
+    """The job's objects in apply order; RenderError for bad values. `notes` gets the line
+    that says which storage the job uses and what the cluster must offer."""
     provenance = provenance or {}
     check_values(values, provenance)
     try:
@@ -128,10 +126,6 @@ def render_documents(
         )
     except helm_engine.HelmFailed as exc:
         raise _helm_error(exc, provenance) from None
-    if notes is not None:
-        for path, text in rendered.items():
-            if path.endswith("NOTES.txt"):
-                notes += [line for line in text.splitlines() if line.startswith(STORAGE_LINE)]
     try:
         docs = [
             doc
@@ -142,6 +136,16 @@ def render_documents(
         ]
     except yaml_io.YamlInputError as exc:  # values that make the output too deep or too large
         raise RenderError(f"render: {exc}") from None
+    if notes is not None:  # `helm template` renders no NOTES: the job object carries the line
+        notes += [
+            line
+            for doc in docs
+            if (
+                line := ((doc.get("metadata") or {}).get("annotations") or {}).get(
+                    CHECKPOINTS_ANNOTATION
+                )
+            )
+        ]
     return sorted(docs, key=_apply_order)
 
 

@@ -13,6 +13,7 @@ labelManagedBy: app.kubernetes.io/managed-by
 trainerComponent: trainer
 metricsComponent: metrics
 istioInjectAnnotation: sidecar.istio.io/inject
+checkpointsAnnotation: kubeddp.io/checkpoints
 kueueQueueLabel: kueue.x-k8s.io/queue-name
 gpuResource: nvidia.com/gpu
 metricsPort: 8479

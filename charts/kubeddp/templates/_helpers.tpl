@@ -86,7 +86,8 @@ annotations:
 {{- with .Values.kueue.queueName }}
 {{- $queue = dict $c.kueueQueueLabel . }}
 {{- end }}
-{{- include "kubeddp.metadata" (dict "root" . "name" (include "kubeddp.fullname" .) "component" "job" "labels" (list $queue)) }}
+{{- $storage := dict $c.checkpointsAnnotation (include "kubeddp.storageLine" .) }}
+{{- include "kubeddp.metadata" (dict "root" . "name" (include "kubeddp.fullname" .) "component" "job" "labels" (list $queue) "annotations" $storage) }}
 {{- end }}
 
 {{- define "kubeddp.image" -}}
