@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import checkpoints as ck
+from tests.helpers import faults
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -209,8 +210,12 @@ def test_indexed_job_of_six_pods_survives_a_preemption(cluster) -> None:
     its five peers' workers, but their pods stay up and rejoin. The pod failure policy ignores
     the one failure, the Job controller recreates that index after its back-off (10 s for one
     failed pod, not 320 s for six), and training resumes with each sample trained once."""
+    # Steps of 300 ms (each rank's forward sleeps): the preemption comes while the job trains,
+    # not after the 38 steps of a bare regression (a few seconds) are over.
+    slow_steps = [*faults.settings("slow", -1, 0, samples=2000, work_ms=300),
+                  "--env", f"PYTHONPATH={REPO}"]  # the image would hold the workload  # fmt: skip
     plan = render("indexedjob", "--name", "ij", "--nodes", "6", "--nproc-per-node", "1",
-                  *EXACTLY_ONCE)  # fmt: skip
+                  *EXACTLY_ONCE, *slow_steps)  # fmt: skip
     assert [p.dns_names[-1] for p in plan.pods] == [f"ij-{i}.ij" for i in range(6)]
     assert plan.backoff_limit == 3
     cluster.start(plan)

@@ -26,7 +26,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync, end_signals, torchrun_cli
+from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run, torchrun_cli
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import (
     MetricsSetupError,
@@ -350,12 +350,30 @@ def run_launch(
         program_workdir(program, cfg.checkpoint.dir, env)
     except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
         return _keeper_failed(exc)
+    identity = _run_identity(launch_plan, cfg.to_dict(), cfg.checkpoint.resume)
     try:
+        already = finished_run.finished_line(cfg.checkpoint.dir, identity) if identity else None
+        if already:
+            _log(already)
+            return exit_codes.OK
         refresh = sync.refresh if sync is not None else None
-        return _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
+        code = _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
+        if identity and code == exit_codes.OK:  # sent to the keeper with the last files
+            finished_run.record_finished(cfg.checkpoint.dir, identity)
+        return code
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             sync.finish(checkpoint_sync.FINISH_SECONDS)
+
+
+def _run_identity(launch_plan: LaunchPlan, config: dict, resume: str) -> str | None:
+    """The run's identity for finished_run (`config`: Config.to_dict(), `resume`: its
+    checkpoint.resume), in a Kubernetes pod that resumes; else None."""
+    plan, program = launch_plan.rdzv, launch_plan.program
+    if not plan.in_kubernetes or resume == "never":
+        return None
+    command = program.command_line() if program is not None else ""
+    return finished_run.run_identity(config, command, plan.nnodes, plan.nproc_per_node)
 
 
 def _say_plan(launch_plan: LaunchPlan) -> None:

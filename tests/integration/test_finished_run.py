@@ -1,0 +1,80 @@
+"""A pod that starts after its run finished exits 0 at once (trainer/launcher/finished_run.py).
+
+Two real Indexed-Job "pods" (kubeddp launch processes with the env the chart gives, on
+loopback, one shared checkpoint dir) train to the end. Then index 1 starts again, as the Job
+controller starts a pod that was lost in the run's last seconds: its peer is gone, and instead
+of waiting for a rendezvous no one joins, it exits 0 with one line. With another config it is a
+new run: it waits for its peer as before.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer.launcher.finished_run import RECORD_NAME
+from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
+from tests.helpers import procs
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+RUN_SECONDS = 200
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pod_env(index: int, port: int) -> dict[str, str]:
+    """An Indexed Job pod of a 2-node job, as `kubeddp render indexedjob` writes it."""
+    return procs.child_env({
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+        "JOB_COMPLETION_INDEX": str(index),
+        "KUBEDDP_MASTER_ADDR": "127.0.0.1",
+        "KUBEDDP_MASTER_PORT": str(port),
+        "KUBEDDP_NNODES": "2",
+        "KUBEDDP_NPROC_PER_NODE": "1",
+        constants.ENV_RDZV_WAIT_SECONDS: "3",
+    })  # fmt: skip
+
+
+def launch_argv(checkpoints: Path, *extra: str) -> list[str]:
+    return procs.kubeddp_argv(
+        "launch", "--",
+        "--set", "workload.name=regression", "--set", "train.max_steps=4",
+        "--set", "train.log_every=2", "--set", "train.eval_batches=1",
+        "--set", "ddp.backend=gloo", "--set", "ddp.device=cpu",
+        "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={checkpoints}",
+        *extra,
+    )  # fmt: skip
+
+
+def test_a_pod_started_after_its_run_finished_exits_0_at_once(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    port = free_port()
+    argv = launch_argv(checkpoints)
+    with (
+        procs.started(argv, tmp_path / "pod0.log", pod_env(0, port)) as pod0,
+        procs.started(argv, tmp_path / "pod1.log", pod_env(1, port)) as pod1,
+    ):
+        assert pod0.wait(RUN_SECONDS) == 0, pod0.output()[-3000:]
+        assert pod1.wait(RUN_SECONDS) == 0, pod1.output()[-3000:]
+        assert "done: 4 steps" in pod0.output()
+    assert (checkpoints / RECORD_DIR / RECORD_NAME).is_file()
+
+    # Index 1 again, its peer gone: no wait for 127.0.0.1:port, no training.
+    again = procs.run(argv, tmp_path / "again.log", RUN_SECONDS, pod_env(1, port))
+    assert again.code == exit_codes.OK, again.output[-3000:]
+    assert "this run already finished" in again.output
+    assert "waiting up to" not in again.output and "done:" not in again.output
+
+    # Another config is another run: it waits for its peer (3 s here) as before.
+    changed = launch_argv(checkpoints, "--set", "train.max_steps=6")
+    other = procs.run(changed, tmp_path / "other.log", RUN_SECONDS, pod_env(1, port))
+    assert other.code == exit_codes.RDZV_UNREACHABLE, other.output[-3000:]
+    assert "already finished" not in other.output
