@@ -266,6 +266,29 @@ def test_module_and_package_run_as_python_m_would(programs: Path) -> None:
         assert seen["path0"] == str(programs)  # -m: the working directory comes first
 
 
+AT_EXIT = """\
+import atexit, threading, time
+log = open("log.txt", "w")  # never closed or flushed: the interpreter's finalizer would
+log.write("written, not flushed")
+def late():
+    time.sleep(0.5)
+    open("thread.txt", "w").write("the thread finished")
+threading.Thread(target=late).start()  # not a daemon: python waits for it
+atexit.register(lambda: open("atexit.txt", "w").write("ran"))
+"""
+
+
+def test_a_finished_program_ends_as_python_would(tmp_path: Path) -> None:
+    """The runner leaves without torch's C++ teardown (it can abort with 134), yet what a
+    program relies on at exit happens: threads joined, atexit run, open files flushed."""
+    (tmp_path / "at_exit.py").write_text(AT_EXIT)
+    done = runner("script", "at_exit.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "log.txt").read_text() == "written, not flushed"
+    assert (tmp_path / "thread.txt").read_text() == "the thread finished"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+
+
 EXITS = {
     "returns": ("pass", exit_codes.OK, None),
     "sys.exit(3)": ("import sys; sys.exit(3)", 3, None),

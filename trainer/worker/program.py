@@ -13,12 +13,17 @@ failure is retryable, the program's own is not) after its traceback.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
+import io
 import os
 import runpy
 import shlex
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
+from typing import NoReturn
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.common import one_line
@@ -88,8 +93,8 @@ def _execute(program: Program) -> None:
         runpy.run_module(program.target, run_name="__main__", alter_sys=True)
 
 
-def run_program(program: Program) -> int:
-    """Run the program in this process; its exit code (0; any other code ends the process)."""
+def run_program(program: Program) -> NoReturn:
+    """Run the program in this process, then end the process with its exit code."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
     if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
@@ -119,16 +124,32 @@ def run_program(program: Program) -> int:
         early_exit.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
-    if code != exit_codes.OK:
-        # Not through the interpreter's shutdown: a process group or DDP module still alive
-        # there can abort the process (SIGABRT, "terminate called without an active
-        # exception") and replace this code, which the operators act on, with 134. The
-        # program's atexit handlers still run, as under python or torchrun.
-        atexit._run_exitfuncs()
-        stop_signal.flush_reported_steps()
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """End as the interpreter's shutdown would, short of tearing down torch's C++ state: a
+    process group, DDP module or c10d store met there can abort the process (SIGABRT,
+    "terminate called without an active exception"; about 1 in 7 two-node runs of a tutorial
+    script that destroyed its process group) and turn the code the operators act on into 134.
+    What a program relies on at exit still happens: after a success its non-daemon threads are
+    joined (after a failure they may wait on peers that are gone), its atexit handlers run,
+    and its open files are flushed."""
+    if code == exit_codes.OK:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():  # files the program left open, as their finalizers would
+        if isinstance(obj, io.IOBase):
+            with contextlib.suppress(Exception):
+                if not obj.closed and obj.writable():
+                    obj.flush()
+    stop_signal.flush_reported_steps()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
-    return code
+    os._exit(code)
 
 
 def parse(argv: list[str]) -> Program:
@@ -140,9 +161,9 @@ def parse(argv: list[str]) -> Program:
     return Program(argv[0], argv[1], tuple(argv[2:]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_program(parse(sys.argv[1:] if argv is None else argv))
+def main(argv: list[str] | None = None) -> NoReturn:
+    run_program(parse(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
