@@ -95,6 +95,13 @@ def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:
     return found
 
 
+def slow_steps(work_ms: int, samples: int = 2000) -> list[str]:
+    """Steps of at least `work_ms` (every rank's forward sleeps, the regression model and data
+    otherwise): a test that preempts a pod after the first checkpoint does so while it trains."""
+    return [*faults.settings("slow", -1, 0, samples=samples, work_ms=work_ms),
+            "--env", f"PYTHONPATH={REPO}"]  # the image would hold the workload  # fmt: skip
+
+
 def first_complete_checkpoint(cluster: EmulatedCluster, timeout: float = JOB_SECONDS) -> object:
     # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
     return cluster.run_until(
@@ -210,12 +217,9 @@ def test_indexed_job_of_six_pods_survives_a_preemption(cluster) -> None:
     its five peers' workers, but their pods stay up and rejoin. The pod failure policy ignores
     the one failure, the Job controller recreates that index after its back-off (10 s for one
     failed pod, not 320 s for six), and training resumes with each sample trained once."""
-    # Steps of 300 ms (each rank's forward sleeps): the preemption comes while the job trains,
-    # not after the 38 steps of a bare regression (a few seconds) are over.
-    slow_steps = [*faults.settings("slow", -1, 0, samples=2000, work_ms=300),
-                  "--env", f"PYTHONPATH={REPO}"]  # the image would hold the workload  # fmt: skip
+    # The preemption comes while the job trains, not after its 38 steps (a few seconds bare).
     plan = render("indexedjob", "--name", "ij", "--nodes", "6", "--nproc-per-node", "1",
-                  *EXACTLY_ONCE, *slow_steps)  # fmt: skip
+                  *EXACTLY_ONCE, *slow_steps(300))  # fmt: skip
     assert [p.dns_names[-1] for p in plan.pods] == [f"ij-{i}.ij" for i in range(6)]
     assert plan.backoff_limit == 3
     cluster.start(plan)

@@ -25,6 +25,7 @@ from test_emulated_jobs import (
     exits,
     first_complete_checkpoint,
     render,
+    slow_steps,
 )
 
 from kubeddp.tools.cli import main
@@ -110,7 +111,7 @@ def assert_one_pod_recovery(cluster: EmulatedCluster, lost: str) -> None:
 @pytest.mark.timeout(3 * JOB_SECONDS)
 def test_trainjob_of_eight_nodes_survives_a_preempted_pod(cluster: EmulatedCluster) -> None:
     plan = render("trainjob", "--name", "tj", "--nodes", "8", "--nproc-per-node", "1",
-                  *TINY, *STEPS)  # fmt: skip
+                  *TINY, *STEPS, *slow_steps(150))  # fmt: skip
     assert plan.restart_policy == {"node": "Never"} and plan.jobset_failure_policy is not None
     cluster.start(plan)
     first_complete_checkpoint(cluster)
