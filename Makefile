@@ -30,8 +30,13 @@ demo: setup
 	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=checkpoints/demo --set checkpoint.resume=never
 
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
+# The unit and lint tests are single processes: pytest-xdist runs them on UNIT_JOBS cores. The
+# others start several processes each (both cores busy): they run one at a time. Both parts
+# always run; a failure in either fails the target.
+UNIT_JOBS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(UNIT_JOBS) tests/unit tests/lint; unit=$$?; \
+	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint && exit $$unit
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit
