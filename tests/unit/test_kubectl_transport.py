@@ -44,9 +44,12 @@ pytestmark = pytest.mark.timeout(300)
 
 # kubeddp with the client unimportable: the transport must be kubectl. The `sdk` extra's models
 # go too: kubeflow-training brings the client, so no install has one without the other.
+# SIGINT as at a terminal: a test runner started in the background (or a test that ran launch
+# in-process) may hand its children an ignored SIGINT, and Ctrl-C would then never arrive.
 WITHOUT_CLIENT = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.modules["kubernetes"] = sys.modules["kubeflow"] = None
     from kubeddp.tools.cli import main
     raise SystemExit(main(sys.argv[1:]))
