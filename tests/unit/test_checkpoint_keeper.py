@@ -4,11 +4,13 @@ reaches the keeper's directory atomically; keep-N pruning and `.bad` renames fol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from kubeddp.trainer.launcher.checkpoint_sync import (
     KeeperClient,
     KeeperError,
     KeeperSettingError,
+    fill_within,
     wait_for_keeper,
 )
 
@@ -33,20 +36,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _keeper(root: Path, port: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "kubeddp", "keeper", "--dir", str(root), "--port", str(port),
+            "--bind", "127.0.0.1"]  # fmt: skip
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 9)
+    proc.wait(10)
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[KeeperClient, Path]]:
     root = tmp_path / "claim"
     port = _free_port()
-    argv = [sys.executable, "-m", "kubeddp", "keeper", "--dir", str(root), "--port", str(port),
-            "--bind", "127.0.0.1"]  # fmt: skip
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, start_new_session=True)
+    proc = _keeper(root, port)
     try:
         client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
         wait_for_keeper(client, 60)
         yield client, root
     finally:
-        os.killpg(proc.pid, 9)
-        proc.wait(10)
+        _stop(proc)
 
 
 def _checkpoint(root: Path, step: int, payload: bytes = b"state") -> Path:
@@ -93,6 +105,38 @@ def test_a_new_pod_gets_the_newest_checkpoint_and_the_loose_files(
     assert (second.root / "ckpt-00000010" / "state.pt").read_bytes() == b"10" * 1000
     assert (second.root / "snapshot.pt").read_bytes() == b"epoch 3"
     assert second.push() == []  # what it fetched is not sent back
+
+
+def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Path) -> None:
+    """The keeper answers /healthz, then is gone (a dropped connection, a restarted pod) and
+    back on the same address: the fill tries again within the deadline instead of failing the
+    pod's start."""
+    root, port = tmp_path / "claim", _free_port()
+    _checkpoint(root, 7, payload=b"seven")
+    lines: list[str] = []
+    first = _keeper(root, port)
+    try:
+        client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
+        wait_for_keeper(client, 60)
+    finally:
+        _stop(first)
+    sync = CheckpointSync(client, tmp_path / "pod", log=lines.append)
+    with pytest.raises(KeeperError):
+        fill_within(sync, 0, lines.append)  # no time left: the failure is the caller's
+    started: list[subprocess.Popen[bytes]] = []
+    back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
+    back.start()  # while the fill below is failing
+    try:
+        said = fill_within(sync, 60, lines.append)
+    finally:
+        back.cancel()
+        back.join()
+        for proc in started:
+            _stop(proc)
+    assert said is not None and said.startswith("checkpoint ckpt-00000007"), said
+    assert (sync.root / "ckpt-00000007" / "state.pt").read_bytes() == b"seven" * 1000
+    assert any("fetching again after" in line for line in lines), lines
+    assert not list(sync.root.glob(".kubeddp-sync-*"))  # no staging left behind
 
 
 def test_pruning_and_bad_renames_reach_the_keeper(

@@ -226,13 +226,15 @@ class CheckpointSync:
             self.client.download(rel, self.root / rel, files[rel][1])
         for name in chosen:  # staged beside, then renamed: never part of a checkpoint in place
             staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
-            for rel in units[name]:
-                self.client.download(rel, staging / rel, files[rel][1])
-            target = self.root / name
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging / name, target)
-            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                for rel in units[name]:
+                    self.client.download(rel, staging / rel, files[rel][1])
+                target = self.root / name
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(staging / name, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
             self.units.add(name)
         _, here = scan(self.root)
         self.sent = {rel: here[rel] for rel in loose if rel in here}
@@ -378,6 +380,21 @@ def wait_for_keeper(client: KeeperClient, deadline_seconds: float) -> None:
         time.sleep(0.5)
 
 
+def fill_within(sync: CheckpointSync, deadline_seconds: float, log: Log) -> str | None:
+    """`sync.fill()`, again after a failure until the deadline: a keeper that answered its
+    health check can still drop a connection while the pod network settles (seen with 33 pods
+    starting at once: "No route to host"), and one lost fetch must not cost a pod restart."""
+    end = time.monotonic() + deadline_seconds
+    while True:
+        try:
+            return sync.fill()
+        except KeeperError as exc:
+            if time.monotonic() > end:
+                raise
+            log(f"[kubeddp] checkpoint keeper: fetching again after: {exc}")
+            time.sleep(1.0)
+
+
 def sync_seconds(env: Mapping[str, str]) -> float:
     raw = env.get(constants.ENV_CHECKPOINT_SYNC_SECONDS)
     try:
@@ -401,9 +418,10 @@ def start_from_env(
         return None
     client = KeeperClient(url)
     interval = sync_seconds(env)
+    end = time.monotonic() + deadline_seconds
     wait_for_keeper(client, deadline_seconds)
     sync = CheckpointSync(client, Path(checkpoint_dir), log)
-    fetched = sync.fill()
+    fetched = fill_within(sync, max(0.0, end - time.monotonic()), log)
     log(
         f"[kubeddp] checkpoint keeper {url}: "
         + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing saved yet")
