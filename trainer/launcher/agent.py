@@ -223,10 +223,13 @@ def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_gra
     """What the agent and every worker it starts read from this process's environment."""
     os.environ.update(worker_env)
     os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
-    # torch shares the rendezvous TCPStore with the workers by default, and a restarted worker
-    # group then reads the previous group's keys (gloo/NCCL connect to dead ports: pytorch
-    # issue 135712). A store per worker group makes --max-restarts work.
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # torch shares the rendezvous TCPStore with the workers by default, and a worker group the
+    # agent restarts (--max-restarts) then reads the previous group's keys (gloo/NCCL connect
+    # to dead ports: pytorch issue 135712): with restarts, a store per worker group. Only then:
+    # that store's port is picked free and bound seconds later by rank 0's worker, and an
+    # outgoing connection can take it meanwhile (EADDRINUSE: a failed run, seen in e2e).
+    if plan.max_restarts > 0:
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     if "OMP_NUM_THREADS" not in os.environ and plan.nproc_per_node > 1:
         threads = threads_per_worker(plan.nproc_per_node, available_cpus())
         os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
