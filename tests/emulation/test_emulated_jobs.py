@@ -186,8 +186,9 @@ def test_pytorchjob_survives_a_sigkilled_worker_and_trains_each_sample_once(
     collectives fail (PEER_FAILED, 201) but their pods stay up and rejoin the rendezvous; the
     operator recreates worker-1 alone (not counted against backoffLimit 1), and training
     resumes from the claim with each sample of each epoch trained exactly once."""
+    # The kill comes while the job trains, not after its 76 steps (a few seconds bare).
     plan = render("pytorchjob", "--name", "pk", "--nodes", "3", "--nproc-per-node", "1",
-                  "--backoff-limit", "1", *EXACTLY_ONCE)  # fmt: skip
+                  "--backoff-limit", "1", *EXACTLY_ONCE, *slow_steps(150))  # fmt: skip
     assert [p.name for p in plan.pods] == ["pk-worker-0", "pk-worker-1", "pk-worker-2"]
     assert plan.backoff_limit == 1
     cluster = cluster_factory(pod_security="restricted")
