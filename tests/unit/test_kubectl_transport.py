@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.cli import main
 from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api, helm_cli
 from tests.helpers.fake_api import TOKEN, status_body
+from tests.unit.test_cluster_contract import run as run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 NS = fake_api.NAMESPACE
@@ -223,12 +223,7 @@ def run_kubectl(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, s
 
 
 def run_client(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_in_process(argv, capsys)  # the client path, as test_cluster_contract runs it
 
 
 def _sent(api: fake_api.FakeApiServer) -> list[tuple]:
