@@ -18,7 +18,7 @@ import pytest
 from cluster import EmulatedCluster
 from operator_env import JobPlan
 from storage import KIND_STANDARD
-from test_emulated_jobs import JOB_SECONDS, LONGER, TINY, assert_trained, render
+from test_emulated_jobs import JOB_SECONDS, LONGER, TINY, assert_trained, render, slow_steps
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 SEED_SCRIPT = Path(__file__).with_name("seed_snapshot_train.py")
@@ -93,7 +93,9 @@ def test_four_nodes_on_readwriteonce_storage_lose_node_rank_0_and_resume(
     cluster_factory, kind: str
 ) -> None:
     cluster = _rwo_only(cluster_factory, pod_security="restricted")
-    plan = render(kind, "--name", "rw", "--nodes", "4", "--nproc-per-node", "1", *TINY, *LONGER)
+    # the loss comes while the job trains, not after its 80 steps (3 s bare; it raced once)
+    plan = render(kind, "--name", "rw", "--nodes", "4", "--nproc-per-node", "1",
+                  *TINY, *LONGER, *slow_steps(100))  # fmt: skip
     assert plan.claims[0]["spec"]["accessModes"] == ["ReadWriteOnce"]
     (keeper,) = plan.deployments
     first = plan.pods[0].name

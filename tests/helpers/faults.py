@@ -9,11 +9,14 @@ which fault, on which rank, from which step:
 - `nan`: the rank's loss at that step is NaN;
 - `slow`: every rank's forward sleeps `work_ms` (standing in for compute), the rank twice as
   long: it is a 2x straggler. With rank -1 no rank is slowed (a healthy run).
+- `die_at_teardown`: the rank is SIGKILLed when the trainer drops its loss, after training
+  and before the final barrier (a pod lost in the run's last moment).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -76,6 +79,10 @@ class FaultyLoss:
         self.step = int(args.get("step", 0))
         self.work = float(args.get("work_ms", 0)) / 1000.0
         self.calls = 0
+
+    def __del__(self) -> None:
+        if self.on_me and self.fault == "die_at_teardown":
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def __call__(self, model: nn.Module, batch: Any) -> torch.Tensor:
         self.calls += 1

@@ -5,6 +5,10 @@ loopback, one shared checkpoint dir) train to the end. Then index 1 starts again
 controller starts a pod that was lost in the run's last seconds: its peer is gone, and instead
 of waiting for a rendezvous no one joins, it exits 0 with one line. With another config it is a
 new run: it waits for its peer as before.
+
+A pod lost after its training ended but before the final barrier leaves no record: its peer's
+barrier fails, and that pod ends with the retryable PEER_FAILED as after a failed step (never
+the fatal TRAINING_FAILED, which a TrainJob's podFailurePolicy turns into a failed job).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pytest
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher.finished_run import RECORD_NAME
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
-from tests.helpers import procs
+from tests.helpers import faults, procs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN_SECONDS = 200
@@ -78,3 +82,24 @@ def test_a_pod_started_after_its_run_finished_exits_0_at_once(tmp_path: Path) ->
     other = procs.run(changed, tmp_path / "other.log", RUN_SECONDS, pod_env(1, port))
     assert other.code == exit_codes.RDZV_UNREACHABLE, other.output[-3000:]
     assert "already finished" not in other.output
+
+
+def test_a_pod_lost_before_the_final_barrier_leaves_its_peer_retrying(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    port = free_port()
+    argv = launch_argv(checkpoints, *faults.settings("die_at_teardown", 1, 0, samples=512))
+    with (
+        procs.started(argv, tmp_path / "pod0.log", pod_env(0, port)) as pod0,
+        procs.started(argv, tmp_path / "pod1.log", pod_env(1, port)) as pod1,
+    ):
+        assert pod1.wait(RUN_SECONDS) == exit_codes.KILLED, pod1.output()[-3000:]
+        code0 = pod0.wait(RUN_SECONDS)
+    out0 = pod0.output()
+    assert "done: 4 steps" in out0, out0[-3000:]  # rank 0 finished training, then lost rank 1
+    survivor = f"exit code {exit_codes.describe(exit_codes.PEER_FAILED)}"
+    assert any(line.startswith("kubeddp: error (rank 0):") and line.endswith(survivor)
+               for line in out0.splitlines()), out0[-3000:]  # fmt: skip
+    # the pod stays up to rejoin; its peer gone for good, it ends retryable (200 here)
+    assert code0 >= exit_codes.RETRYABLE_FROM, out0[-3000:]
+    assert "Traceback" not in out0 and "[kubeddp] finished" not in out0, out0[-3000:]
+    assert not (checkpoints / RECORD_DIR / RECORD_NAME).exists()

@@ -94,7 +94,10 @@ def run(cfg: Config) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    teardown(barrier=code == 0)
+    try:
+        teardown(barrier=code == 0)
+    except Exception as exc:  # a peer died after its training ended: its last save may be lost
+        _failed(exc, rank)
     if rank == 0 and code == 0:
         print("[kubeddp] finished", flush=True)
     return code
