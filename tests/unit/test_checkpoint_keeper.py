@@ -23,8 +23,8 @@ from kubeddp.trainer.launcher.checkpoint_sync import (
     KeeperClient,
     KeeperError,
     KeeperSettingError,
-    fill_within,
     wait_for_keeper,
+    within,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -122,12 +122,12 @@ def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Pa
         _stop(first)
     sync = CheckpointSync(client, tmp_path / "pod", log=lines.append)
     with pytest.raises(KeeperError):
-        fill_within(sync, 0, lines.append)  # no time left: the failure is the caller's
+        within(0, lines.append, sync.fill)  # no time left: the failure is the caller's
     started: list[subprocess.Popen[bytes]] = []
     back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
     back.start()  # while the fill below is failing
     try:
-        said = fill_within(sync, 60, lines.append)
+        said = within(60, lines.append, sync.fill)
     finally:
         back.cancel()
         back.join()
@@ -137,6 +137,40 @@ def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Pa
     assert (sync.root / "ckpt-00000007" / "state.pt").read_bytes() == b"seven" * 1000
     assert any("fetching again after" in line for line in lines), lines
     assert not list(sync.root.glob(".kubeddp-sync-*"))  # no staging left behind
+
+
+def test_a_rejoining_pod_fetches_again_when_its_keeper_drops(tmp_path: Path) -> None:
+    """Between two rendezvous rounds a pod fetches what the keeper got since; a keeper that
+    drops the connection then (32 pods rejoining at once: "No route to host") is asked again
+    within the deadline, and a failed fetch leaves no staging folder behind."""
+    root, port = tmp_path / "claim", _free_port()
+    _checkpoint(root, 4, payload=b"four")
+    lines: list[str] = []
+    first = _keeper(root, port)
+    try:
+        client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
+        wait_for_keeper(client, 60)
+        sync = CheckpointSync(client, tmp_path / "pod", log=lines.append)
+        sync.fill()
+    finally:
+        _stop(first)
+    _checkpoint(root, 9, payload=b"nine")  # another pod's rank 0 saved it meanwhile
+    with pytest.raises(KeeperError):
+        within(0, lines.append, sync.refresh)
+    assert not list(sync.root.glob(".kubeddp-sync-*"))
+    started: list[subprocess.Popen[bytes]] = []
+    back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
+    back.start()
+    try:
+        fetched = within(60, lines.append, sync.refresh)
+    finally:
+        back.cancel()
+        back.join()
+        for proc in started:
+            _stop(proc)
+    assert fetched == ["ckpt-00000009"], fetched
+    assert (sync.root / "ckpt-00000009" / "state.pt").read_bytes() == b"nine" * 1000
+    assert any("fetching again after" in line for line in lines), lines
 
 
 def test_pruning_and_bad_renames_reach_the_keeper(

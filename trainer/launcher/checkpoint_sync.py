@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote, urlsplit
 
 from kubeddp.trainer import constants
@@ -46,6 +47,7 @@ QUIET_SECONDS = 0.5
 REQUEST_TIMEOUT = 60.0
 Log = Callable[[str], None]
 Stamp = tuple[int, int]  # (size, mtime_ns)
+T = TypeVar("T")
 
 
 class KeeperError(RuntimeError):
@@ -224,18 +226,8 @@ class CheckpointSync:
         fetched = list(loose) + [rel for name in chosen for rel in units[name]]
         for rel in loose:
             self.client.download(rel, self.root / rel, files[rel][1])
-        for name in chosen:  # staged beside, then renamed: never part of a checkpoint in place
-            staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
-            try:
-                for rel in units[name]:
-                    self.client.download(rel, staging / rel, files[rel][1])
-                target = self.root / name
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(staging / name, target)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-            self.units.add(name)
+        for name in chosen:
+            self._fetch_unit(name, units[name], files)
         _, here = scan(self.root)
         self.sent = {rel: here[rel] for rel in loose if rel in here}
         if not fetched:
@@ -245,6 +237,20 @@ class CheckpointSync:
         if len(chosen) > 1:
             what += f" (and {len(chosen) - 1} older)"
         return f"{what} and {len(loose)} other file(s), {size / 1e6:.1f} MB"
+
+    def _fetch_unit(self, name: str, rels: list[str], files: Mapping[str, Stamp]) -> None:
+        """One checkpoint, staged beside and then renamed: never part of a checkpoint in place."""
+        staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
+        try:
+            for rel in rels:
+                self.client.download(rel, staging / rel, files[rel][1])
+            target = self.root / name
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging / name, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.units.add(name)
 
     def refresh(self) -> list[str]:
         """Before this pod rejoins a new group without restarting: fetch what the keeper got
@@ -261,12 +267,7 @@ class CheckpointSync:
                     done.append(rel)
             for name in newest_checkpoints(units, FETCH_CHECKPOINTS):
                 if not (self.root / name / COMPLETE).is_file():
-                    staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
-                    for rel in units[name]:
-                        self.client.download(rel, staging / rel, files[rel][1])
-                    os.replace(staging / name, self.root / name)
-                    shutil.rmtree(staging, ignore_errors=True)
-                    self.units.add(name)
+                    self._fetch_unit(name, units[name], files)
                     done.append(name)
             if done:
                 self.log(f"[kubeddp] checkpoint keeper: fetched {', '.join(done)} before rejoining")
@@ -380,14 +381,15 @@ def wait_for_keeper(client: KeeperClient, deadline_seconds: float) -> None:
         time.sleep(0.5)
 
 
-def fill_within(sync: CheckpointSync, deadline_seconds: float, log: Log) -> str | None:
-    """`sync.fill()`, again after a failure until the deadline: a keeper that answered its
+def within(deadline_seconds: float, log: Log, call: Callable[[], T]) -> T:
+    """`call()`, again after a keeper failure until the deadline: a keeper that answered its
     health check can still drop a connection while the pod network settles (seen with 33 pods
-    starting at once: "No route to host"), and one lost fetch must not cost a pod restart."""
+    starting at once, and again when they rejoined: "No route to host"), and one lost fetch must
+    not cost a pod restart."""
     end = time.monotonic() + deadline_seconds
     while True:
         try:
-            return sync.fill()
+            return call()
         except KeeperError as exc:
             if time.monotonic() > end:
                 raise
@@ -421,7 +423,7 @@ def start_from_env(
     end = time.monotonic() + deadline_seconds
     wait_for_keeper(client, deadline_seconds)
     sync = CheckpointSync(client, Path(checkpoint_dir), log)
-    fetched = fill_within(sync, max(0.0, end - time.monotonic()), log)
+    fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
     log(
         f"[kubeddp] checkpoint keeper {url}: "
         + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing saved yet")

@@ -356,7 +356,9 @@ def run_launch(
         if already:
             _log(already)
             return exit_codes.OK
-        refresh = sync.refresh if sync is not None else None
+        refresh = None
+        if sync is not None:  # a pod rejoining fetches again after a dropped connection
+            refresh = lambda: checkpoint_sync.within(deadline, _log, sync.refresh)  # noqa: E731
         code = _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
         if identity and code == exit_codes.OK:  # sent to the keeper with the last files
             finished_run.record_finished(cfg.checkpoint.dir, identity)
