@@ -30,13 +30,21 @@ demo: setup
 	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=checkpoints/demo --set checkpoint.resume=never
 
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
-# The unit and lint tests are single processes: pytest-xdist runs them on UNIT_JOBS cores. The
-# others start several processes each (both cores busy): they run one at a time. Both parts
-# always run; a failure in either fails the target.
+# Part one: pytest-xdist runs the unit and lint tests on UNIT_JOBS cores, with the integration
+# files below (each test one process or one short run, about one core: no timing they depend
+# on, no network namespace or mount), a file per worker (test_install shares one venv).
+# Part two: the rest start several processes each, or depend on timing: one at a time. Both
+# parts always run; a failure in either fails the target.
 UNIT_JOBS ?= 2
+BESIDE_UNIT := $(addprefix tests/integration/,test_bad_input.py test_checkpoint_dir_safety.py \
+	test_install.py test_cluster_faults.py test_checkpoint_resume.py test_workload_runs.py \
+	test_ddp_equivalence.py test_checkpoint_s3_runs.py test_torchrun_command_lines.py \
+	test_compile_shapes.py)
 test: setup
-	$(BIN)/python -m pytest -q -n $(UNIT_JOBS) tests/unit tests/lint; unit=$$?; \
-	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint && exit $$unit
+	$(BIN)/python -m pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit tests/lint \
+	  $(BESIDE_UNIT); first=$$?; \
+	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint \
+	  $(addprefix --ignore=,$(BESIDE_UNIT)) && exit $$first
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit

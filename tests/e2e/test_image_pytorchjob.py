@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from operator_env import (  # noqa: E402
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 QUICK = ["workload.name=regression", "train.max_steps=20", "train.log_every=5"]
-WORKER_HEAD_START_SECONDS = 20
+WORKER_WAIT_SECONDS = 120  # until the first-started worker says it waits
 
 
 def render(name: str, image: str, nproc: str, *options: str) -> JobPlan:
@@ -116,7 +115,8 @@ def run_job(docker: dockerenv.DockerRun, tmp_path: Path, what: str, nproc: str,
     network = docker.network()
     if worker_first:
         start_pod(docker, plan, worker, network, tmp_path)
-        time.sleep(WORKER_HEAD_START_SECONDS)
+        # it says it waits for worker-0's name, which does not exist yet
+        docker.wait_for_log(worker.name, "[kubeddp] waiting up to", WORKER_WAIT_SECONDS)
         state = dockerenv.sh("docker", "inspect", "-f", "{{.State.Running}}", worker.name)
         assert state.stdout.strip() == "true", docker.logs(worker.name)[-4000:]
         start_pod(docker, plan, master, network, tmp_path)

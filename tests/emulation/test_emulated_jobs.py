@@ -242,9 +242,10 @@ def test_indexed_job_of_six_pods_survives_a_preemption(cluster) -> None:
 def test_elastic_store_host_killed_and_recreated_resumes(cluster: EmulatedCluster) -> None:
     """worker-0 hosts the c10d store: when it dies the other agents lose the rendezvous. They
     end with PEER_FAILED (retried), not a plain 1, and the job resumes with all three pods."""
+    # The kill comes while the job trains, not after its 80 steps (3 s bare; it raced once)
     plan = render(
         "pytorchjob", "--name", "el", "--elastic", "2:3", "--nodes", "3",
-        "--nproc-per-node", "1", "--max-restarts", "3", *TINY, *LONGER,
+        "--nproc-per-node", "1", "--max-restarts", "3", *TINY, *LONGER, *slow_steps(100),
     )  # fmt: skip
     assert plan.elastic and not any(p.replica_type == "Master" for p in plan.pods)
     cluster.start(plan)

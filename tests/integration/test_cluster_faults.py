@@ -16,6 +16,9 @@ from tests.helpers import fake_api, procs
 
 pytestmark = pytest.mark.timeout(120)
 ENV_KEEP = ("PATH", "HOME", "LANG", "PYTHONPATH")
+# Requests a command sends to a server that never answers: one, and submit's first object
+# after its StorageClass lookup (which only notes the failure)
+HUNG_REQUESTS = 2
 INJECTIONS = {
     "delete": ("delete", "../../../../../../api/v1/namespaces/kube-system/secrets/db-password"),
     "status": ("status", "x?dryRun=All"),
@@ -57,24 +60,21 @@ def test_a_name_that_is_no_kubernetes_name_never_reaches_the_server(command, tmp
 def test_a_server_that_never_answers_ends_the_command_in_its_timeout(argv, tmp_path) -> None:
     with fake_api.running() as server:
         server.misbehaviour = "hang"
-        start = time.monotonic()
         done = kubeddp(tmp_path, server, *argv, "--request-timeout", "2")
-        took = time.monotonic() - start
     assert done.code == CLUSTER_ERROR, done.stderr
     # one error; submit may first note the StorageClasses it could not read, render its storage
     (line,) = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert "did not answer within 2s" in line, line
-    assert took < 20, f"{argv[0]} took {took:.0f}s with a 2 s request timeout"
+    # it gave up on the first request that hung, not after retrying (`wait` has 60 s)
+    assert len(server.requests) <= HUNG_REQUESTS, server.requests
 
 
 def test_render_falls_back_offline_when_the_server_hangs(tmp_path) -> None:
     with fake_api.running() as server:
         server.misbehaviour = "hang"
-        start = time.monotonic()
         done = kubeddp(tmp_path, server, "render", "pytorchjob")
-        took = time.monotonic() - start
     assert done.code == 0, done.stderr
     assert "kind: PyTorchJob" in done.stdout
     (line,) = [line for line in done.stderr.splitlines() if "Checkpoints:" not in line]
     assert "validating offline" in line and "did not answer" in line
-    assert took < 30, f"render took {took:.0f}s"
+    assert len(server.requests) <= HUNG_REQUESTS, server.requests

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,6 @@ from tests.helpers import procs, workloads
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TIMEOUT_SECONDS = 4
-# A step takes a few tens of ms here; what is noticed later than the timeout plus this is wrong.
-SLACK_SECONDS = 6
 
 
 def test_a_hung_peer_ends_the_job_within_the_training_timeout(tmp_path: Path) -> None:
@@ -39,17 +36,16 @@ def test_a_hung_peer_ends_the_job_within_the_training_timeout(tmp_path: Path) ->
         workers = procs.torchrun_workers(run.pid)
         assert sorted(workers) == [0, 1], workers
         os.kill(workers[1], signal.SIGSTOP)
-        stopped = time.monotonic()
         try:
             failed = run.wait_for_output(r"kubeddp: error \(rank 0\): (.*)", 60)
-            noticed = time.monotonic() - stopped
         finally:
             # The agent has sent the hung rank SIGTERM, pending while it is stopped (torch would
             # SIGKILL it 30 s later): let it go, it exits within its 1 s grace.
             if procs.cmdline(workers[1]):
                 os.kill(workers[1], signal.SIGCONT)
         code = run.wait(60)
-    assert noticed < TIMEOUT_SECONDS + SLACK_SECONDS, f"noticed after {noticed:.1f}s"
+    # gloo names the timeout that ended the wait: the training one, not the start-up one
+    assert f"{TIMEOUT_SECONDS * 1000}ms" in failed.group(1), failed.group(1)
     assert f"exit code {exit_codes.describe(exit_codes.PEER_FAILED)}" in failed.group(1)
     assert code == exit_codes.PEER_FAILED, run.tail()
     assert "Traceback" not in run.output(), "a peer's failure is one line, not a traceback"
