@@ -32,19 +32,27 @@ demo: setup
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
 # Part one: pytest-xdist runs the unit and lint tests on UNIT_JOBS cores, with the integration
 # files below (each test one process or one short run, about one core: no timing they depend
-# on, no network namespace or mount), a file per worker (test_install shares one venv).
-# Part two: the rest start several processes each, or depend on timing: one at a time. Both
-# parts always run; a failure in either fails the target.
+# on, no network namespace or mount), a file per worker (test_install shares one venv). The
+# docker tests run beside it in one more pytest (mostly waiting on dockerd, and on a fresh
+# machine on building the base image); their output follows part one's.
+# Part two: the rest start several processes each, or depend on timing: one at a time.
+# Every part always runs; a failure in any fails the target.
 UNIT_JOBS ?= 2
 BESIDE_UNIT := $(addprefix tests/integration/,test_bad_input.py test_checkpoint_dir_safety.py \
 	test_install.py test_cluster_faults.py test_checkpoint_resume.py test_workload_runs.py \
 	test_ddp_equivalence.py test_checkpoint_s3_runs.py test_torchrun_command_lines.py \
 	test_compile_shapes.py)
 test: setup
+	e2e_tmp=$$(mktemp -d); \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$e2e_tmp/t tests/e2e \
+	  >$$e2e_tmp/log 2>&1 & e2e=$$!; \
 	$(BIN)/python -m pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit tests/lint \
 	  $(BESIDE_UNIT); first=$$?; \
-	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint \
-	  $(addprefix --ignore=,$(BESIDE_UNIT)) && exit $$first
+	wait $$e2e; docker=$$?; echo "--- tests/e2e (ran beside part one):"; cat $$e2e_tmp/log; \
+	rm -rf $$e2e_tmp; \
+	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint --ignore=tests/e2e \
+	  $(addprefix --ignore=,$(BESIDE_UNIT)); rest=$$?; \
+	test $$first -eq 0 && test $$docker -eq 0 && test $$rest -eq 0
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit
