@@ -12,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -28,6 +29,7 @@ from kubeddp.trainer.launcher.checkpoint_sync import (
 )
 
 pytestmark = pytest.mark.timeout(120)
+T = TypeVar("T")
 
 
 def _free_port() -> int:
@@ -48,17 +50,37 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[KeeperClient, Path]]:
-    root = tmp_path / "claim"
-    port = _free_port()
+@contextlib.contextmanager
+def _keeper_up(root: Path, port: int) -> Iterator[KeeperClient]:
+    """A keeper serving `root` on `port` while the block runs (healthy before it starts)."""
     proc = _keeper(root, port)
     try:
         client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
         wait_for_keeper(client, 60)
-        yield client, root
+        yield client
     finally:
         _stop(proc)
+
+
+def _within_as_the_keeper_returns(root: Path, port: int, call: Callable[[], T], log) -> T:
+    """`within(60, log, call)` while the keeper is gone and comes back on `port` 2 s later."""
+    started: list[subprocess.Popen[bytes]] = []
+    back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
+    back.start()  # while `call` is failing
+    try:
+        return within(60, log, call)
+    finally:
+        back.cancel()
+        back.join()
+        for proc in started:
+            _stop(proc)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[KeeperClient, Path]]:
+    root = tmp_path / "claim"
+    with _keeper_up(root, _free_port()) as client:
+        yield client, root
 
 
 def _checkpoint(root: Path, step: int, payload: bytes = b"state") -> Path:
@@ -114,25 +136,12 @@ def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Pa
     root, port = tmp_path / "claim", _free_port()
     _checkpoint(root, 7, payload=b"seven")
     lines: list[str] = []
-    first = _keeper(root, port)
-    try:
-        client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
-        wait_for_keeper(client, 60)
-    finally:
-        _stop(first)
+    with _keeper_up(root, port) as client:
+        pass  # it answered its health check; now it is gone
     sync = CheckpointSync(client, tmp_path / "pod", log=lines.append)
     with pytest.raises(KeeperError):
         within(0, lines.append, sync.fill)  # no time left: the failure is the caller's
-    started: list[subprocess.Popen[bytes]] = []
-    back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
-    back.start()  # while the fill below is failing
-    try:
-        said = within(60, lines.append, sync.fill)
-    finally:
-        back.cancel()
-        back.join()
-        for proc in started:
-            _stop(proc)
+    said = _within_as_the_keeper_returns(root, port, sync.fill, lines.append)
     assert said is not None and said.startswith("checkpoint ckpt-00000007"), said
     assert (sync.root / "ckpt-00000007" / "state.pt").read_bytes() == b"seven" * 1000
     assert any("fetching again after" in line for line in lines), lines
@@ -146,28 +155,14 @@ def test_a_rejoining_pod_fetches_again_when_its_keeper_drops(tmp_path: Path) -> 
     root, port = tmp_path / "claim", _free_port()
     _checkpoint(root, 4, payload=b"four")
     lines: list[str] = []
-    first = _keeper(root, port)
-    try:
-        client = KeeperClient(f"http://127.0.0.1:{port}", timeout=10)
-        wait_for_keeper(client, 60)
+    with _keeper_up(root, port) as client:
         sync = CheckpointSync(client, tmp_path / "pod", log=lines.append)
         sync.fill()
-    finally:
-        _stop(first)
     _checkpoint(root, 9, payload=b"nine")  # another pod's rank 0 saved it meanwhile
     with pytest.raises(KeeperError):
         within(0, lines.append, sync.refresh)
     assert not list(sync.root.glob(".kubeddp-sync-*"))
-    started: list[subprocess.Popen[bytes]] = []
-    back = threading.Timer(2.0, lambda: started.append(_keeper(root, port)))
-    back.start()
-    try:
-        fetched = within(60, lines.append, sync.refresh)
-    finally:
-        back.cancel()
-        back.join()
-        for proc in started:
-            _stop(proc)
+    fetched = _within_as_the_keeper_returns(root, port, sync.refresh, lines.append)
     assert fetched == ["ckpt-00000009"], fetched
     assert (sync.root / "ckpt-00000009" / "state.pt").read_bytes() == b"nine" * 1000
     assert any("fetching again after" in line for line in lines), lines

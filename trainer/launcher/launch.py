@@ -8,6 +8,7 @@ grace from it, and hands it to the workers.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -356,9 +357,11 @@ def run_launch(
         if already:
             _log(already)
             return exit_codes.OK
-        refresh = None
-        if sync is not None:  # a pod rejoining fetches again after a dropped connection
-            refresh = lambda: checkpoint_sync.within(deadline, _log, sync.refresh)  # noqa: E731
+        # a pod rejoining fetches again after a dropped connection, as a starting pod does
+        within = checkpoint_sync.within
+        refresh = (
+            functools.partial(within, deadline, _log, sync.refresh) if sync is not None else None
+        )
         code = _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
         if identity and code == exit_codes.OK:  # sent to the keeper with the last files
             finished_run.record_finished(cfg.checkpoint.dir, identity)
