@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.tools.cli import main
-from kubeddp.trainer.launcher import launch
+from kubeddp.trainer.launcher import pod
 from tests.helpers import fake_api
 from tests.helpers.bad_inputs import Row, all_rows, error_lines
 
@@ -53,8 +53,8 @@ def run_row(row: Row, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, st
     monkeypatch.setenv("KUBEDDP_DRY_RUN_GPUS", "0")
     for name, value in row.env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(launch, "run_agent", _never_started)
-    monkeypatch.setattr(launch, "start_for_launch", _never_started)
+    monkeypatch.setattr(pod, "run_agent", _never_started)
+    monkeypatch.setattr(pod, "start_for_launch", _never_started)
     write_files(row, tmp_path)
     if row.in_tmp:
         monkeypatch.chdir(tmp_path)

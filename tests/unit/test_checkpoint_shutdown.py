@@ -13,7 +13,8 @@ from kubeddp.trainer.launcher.agent import (
     shutdown_timeout_env,
     torchrun_args,
 )
-from kubeddp.trainer.launcher.launch import config_options, launch_parser
+from kubeddp.trainer.launcher.launch import launch_parser
+from kubeddp.trainer.launcher.launch_plan import config_options
 from kubeddp.trainer.launcher.rendezvous import plan_from_env
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,7 +20,8 @@ from kubeddp.trainer.config import (
     resolved_config,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher.launch import config_options, launch_parser
+from kubeddp.trainer.launcher.launch import launch_parser
+from kubeddp.trainer.launcher.launch_plan import config_options
 
 pytestmark = pytest.mark.timeout(60)
 
