@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.exit_codes import PREEMPTED as EXIT_PREEMPTED
 from kubeddp.trainer.worker import stop_signal
 
@@ -50,7 +50,7 @@ class _StepReporter:
 
     def start(self) -> bool:
         if self.enabled is None:
-            self.enabled = bool(os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR))
+            self.enabled = bool(os.environ.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR))
             if self.enabled:
                 self.metrics = _training_metrics()
                 self.enabled = self.metrics.enabled
@@ -77,8 +77,9 @@ class _StepReporter:
 
 def _heartbeat(step: int, loss: float | None) -> None:
     """This rank's progress record (the stall watch reads it), and the divergence guard."""
+    from kubeddp.trainer.process_contract import PHASE_CODE
     from kubeddp.trainer.worker import program_watch
-    from kubeddp.trainer.worker.heartbeat import PHASE_CODE, this_rank
+    from kubeddp.trainer.worker.heartbeat import this_rank
 
     program_watch.reported()
     hb = this_rank()
@@ -91,7 +92,8 @@ def _nonfinite(hb: Any, step: int, loss: float) -> None:
     """diagnostics.on_nonfinite for a program: `skip` only says so (the program's step is
     done); `stop` and `keep_last_good` end it with NONFINITE (its checkpoints are its own)."""
     from kubeddp.trainer import exit_codes
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
+    from kubeddp.trainer.process_contract import resolved_config
 
     hb.nonfinite(step, "loss")
     rank = os.environ.get("RANK", "0")

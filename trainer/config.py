@@ -608,15 +608,12 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 # ---- How a config reaches a process: the --config/--set options (the same for `kubeddp
-# launch`, `kubeddp train` and the worker), and launch's hand-off of the config it loaded.
+# launch`, `kubeddp train` and the worker); launch's hand-off of the config it loaded to its
+# workers is the process contract's (trainer/process_contract.py).
 
 if typing.TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
-
-# Set by `kubeddp launch` for its workers: the config it loaded, as JSON, so no worker reads
-# the file or the overrides again (and none can see a different file than launch checked).
-ENV_RESOLVED_CONFIG = "KUBEDDP_RESOLVED_CONFIG"
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -649,25 +646,3 @@ def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Con
     from kubeddp.trainer.constants import ENV_CONFIG
 
     return load_config(args.config or env.get(ENV_CONFIG) or None, args.overrides)
-
-
-def resolved_config_env(cfg: Config) -> dict[str, str]:
-    """The environment that hands `cfg` to the workers (see resolved_config)."""
-    return {ENV_RESOLVED_CONFIG: json.dumps(cfg.to_dict())}
-
-
-def resolved_config(env: Mapping[str, str]) -> Config | None:
-    """The config `kubeddp launch` resolved for this worker; None when launch did not start it."""
-    raw = env.get(ENV_RESOLVED_CONFIG)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"${ENV_RESOLVED_CONFIG} is not a JSON config mapping; unset it (kubeddp launch "
-            "sets it for its workers) and pass --config/--set instead"
-        )
-    return config_from_dict(data)

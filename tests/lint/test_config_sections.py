@@ -20,6 +20,7 @@ ROOTS = {
     "trainer/launcher/pod.py::run_launch": "launch's composition: keeper, workdir, the pod",
     "trainer/launcher/pod.py::_run_pod": "the pod's: retry budget, /metrics, stall watch, agent",
     "trainer/launcher/pod.py::_run_as_torchrun_worker": "hands it to entry.run in process",
+    "trainer/process_contract.py::resolved_config_env": "hands the whole config to the workers",
 }
 
 

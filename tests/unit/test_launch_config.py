@@ -12,16 +12,18 @@ import pytest
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import (
-    ENV_RESOLVED_CONFIG,
     ConfigError,
     add_config_options,
     load_config,
     load_config_options,
-    resolved_config,
-    resolved_config_env,
 )
 from kubeddp.trainer.launcher.launch import launch_parser
 from kubeddp.trainer.launcher.launch_plan import config_options
+from kubeddp.trainer.process_contract import (
+    ENV_RESOLVED_CONFIG,
+    resolved_config,
+    resolved_config_env,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

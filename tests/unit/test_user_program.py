@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.config import resolved_config_env
 from kubeddp.trainer.launcher.program_options import torchrun_worker_args
+from kubeddp.trainer.process_contract import resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 from tests.helpers.procs import REPO
 

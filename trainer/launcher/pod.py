@@ -12,8 +12,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.config import Config, resolved_config_env
+from kubeddp.trainer import constants, exit_codes, process_contract
+from kubeddp.trainer.config import Config
 from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
@@ -27,6 +27,7 @@ from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
 from kubeddp.trainer.launcher.stall_watch import StallWatch, start_diagnostics
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
+from kubeddp.trainer.process_contract import resolved_config_env
 from kubeddp.trainer.worker.program import Program
 
 
@@ -201,7 +202,7 @@ def _worker_env(
     watch's settings and whether the program spawns its own workers."""
     env = {**config_env, **(diagnostics_env or {})}
     if spawns:
-        env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
+        env[process_contract.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     return env
 
 

@@ -18,8 +18,8 @@ from kubeddp.trainer.config import (
     ConfigError,
     add_config_options,
     load_config_options,
-    resolved_config,
 )
+from kubeddp.trainer.process_contract import resolved_config
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 
