@@ -608,8 +608,9 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 # ---- How a config reaches a process: the --config/--set options (the same for `kubeddp
-# launch`, `kubeddp train` and the worker); launch's hand-off of the config it loaded to its
-# workers is the process contract's (trainer/process_contract.py).
+# launch`, `kubeddp train` and a worker that a user's own torchrun starts). Launch loads the
+# config once and hands it to its workers in their environment, never as arguments: that
+# hand-off is the process contract's (trainer/process_contract.py).
 
 if typing.TYPE_CHECKING:
     import argparse
@@ -633,12 +634,15 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_options_argv(path: str | None, overrides: list[str]) -> list[str]:
-    """The options as command-line arguments, for a process that parses them again."""
-    argv = ["--config", path] if path else []
-    for item in overrides:
-        argv += ["--set", item]
-    return argv
+def parse_config_options(argv: list[str], prog: str) -> argparse.Namespace:
+    """--config/--set alone, from `argv` (any other argument: one line, exit 2): what follows
+    `--` on launch's command line for the built-in trainer (as the manifests pass it), and the
+    command line of a worker that a user's own torchrun started without kubeddp launch."""
+    from kubeddp.trainer.arguments import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog=prog, description="the trainer's config options")
+    add_config_options(parser)
+    return parser.parse_args(argv)
 
 
 def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Config:

@@ -28,8 +28,7 @@ def _launch_config(*argv: str) -> Config:
     """The config `kubeddp launch ARGV` loads (its own options and those after --)."""
     dash = argv.index("--") if "--" in argv else len(argv)
     own = launch_parser().parse_args(argv[:dash])
-    options, _ = config_options(own, list(argv[dash + 1 :]))
-    return load_config_options(options, env={})
+    return load_config_options(config_options(own, list(argv[dash + 1 :])), env={})
 
 
 def test_grace_comes_from_the_launch_config() -> None:

@@ -15,15 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.arguments import OneLineErrorParser
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
     DDPConfig,
     TrainConfig,
-    add_config_options,
-    config_options_argv,
     load_config_options,
+    parse_config_options,
 )
 from kubeddp.trainer.launcher.agent import WORKER_MODULE
 from kubeddp.trainer.launcher.program_options import (
@@ -95,22 +93,17 @@ def node_flags(args: argparse.Namespace) -> NodeFlags:
     )
 
 
-def config_options(
-    own: argparse.Namespace, after_dash: list[str]
-) -> tuple[argparse.Namespace, list[str]]:
-    """Launch's own --config/--set and those after `--` as one set of options, and the worker
-    arguments that stand for them (what follows `--` is kept as written)."""
-    parser = OneLineErrorParser(prog="kubeddp worker", description="worker arguments")
-    add_config_options(parser)
-    theirs = parser.parse_args(after_dash)  # an unknown flag: one line, exit 2
+def config_options(own: argparse.Namespace, after_dash: list[str]) -> argparse.Namespace:
+    """Launch's own --config/--set and those after `--` (as the manifests pass them) as one
+    set of options; the overrides after `--` come last, so they win."""
+    theirs = parse_config_options(after_dash, "kubeddp launch")
     if own.config and theirs.config:
         raise ConfigError(
             f"--config is given before and after -- ({own.config}, {theirs.config}); keep one"
         )
-    merged = argparse.Namespace(
+    return argparse.Namespace(
         config=theirs.config or own.config, overrides=[*own.overrides, *theirs.overrides]
     )
-    return merged, [*config_options_argv(own.config, own.overrides), *after_dash]
 
 
 def _env_number(env: Mapping[str, str], name: str, kind: type, default: float = 0) -> float:
@@ -130,12 +123,12 @@ def _worker_command(
     args: argparse.Namespace, after_dash: list[str]
 ) -> tuple[argparse.Namespace, Program | None, list[str]]:
     """The config options, the user's program (None: the built-in trainer) and the worker
-    arguments torchrun passes on."""
+    arguments torchrun passes on: the runner's, for a program; none for the built-in trainer,
+    whose workers get the config launch loads in their environment (process_contract.py)."""
     note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
     program = program_from_options(args.script, args.module, after_dash, note)
     if program is None:
-        options, worker_args = config_options(args, after_dash)
-        return options, None, worker_args
+        return config_options(args, after_dash), None, []
     option = "--script" if args.script is not None else "--module"
     check_overrides(args.overrides, option)
     check_config_file(args.config or os.environ.get(constants.ENV_CONFIG), option)
