@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from tests.helpers import helm_cli
+from tests.helpers.chart import CHART, CI_FILES, NAMESPACE, RELEASE, ci_values, render
+from tests.helpers.chart_refusals import FAIL_RULES, SCHEMA_REJECTS
 from tests.helpers.helm_cli import KUBECTL, RELEASES, Release
-from tests.unit.test_chart_render import CHART, CI_FILES, NAMESPACE, RELEASE, ci_values, render
-from tests.unit.test_chart_schema import FAIL_RULES, SCHEMA_REJECTS
 
 K8S = CHART.parents[1] / "k8s"
 SCHEMA_HEADER = "values don't meet the specifications of the schema"

@@ -18,7 +18,7 @@ from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
 from kubeddp.trainer.launcher.stall_watch import StallWatch
 from kubeddp.trainer.worker import heartbeat
 from kubeddp.trainer.worker.heartbeat import PHASE_CODE, Heartbeat, read_record, record_path
-from tests.unit.test_metrics_readme import documented_tables
+from tests.helpers.metrics import documented_tables
 
 
 def _beat(directory: Path, rank: int) -> Heartbeat:
