@@ -20,7 +20,7 @@ from kubeddp.trainer.launcher.stall_report import flight_recorder_summary
 from kubeddp.trainer.launcher.stall_watch import StallWatch
 from kubeddp.trainer.process_contract import PHASE_CODE, read_record, record_path
 from kubeddp.trainer.worker.heartbeat import Heartbeat
-from tests.unit.test_metrics_readme import documented_tables
+from tests.helpers.metrics import documented_tables
 
 
 def _beat(directory: Path, rank: int) -> Heartbeat:

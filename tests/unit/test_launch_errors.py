@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.unit.test_rendezvous import (
+from tests.helpers.pod_env import (
     elastic_pod,
     indexedjob_pod,
     pytorchjob_pod,
