@@ -6,26 +6,16 @@ what to edit instead."""
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-HEADER_LINES = 6
-MARK = "do not edit"
+from tests.helpers.repo_files import REPO, header, is_generated, tracked
+
 # A relative path with at least one folder (tools/chart/values.py, tools/kinds/); a first
 # segment with a dot is a domain (nvidia.com/gpu, monitoring.coreos.com/v1), not a folder.
 PATH = re.compile(r"(?<![\w./-])([\w-]+/(?:[\w.-]+/)*[\w.-]*)")
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def header(text: str) -> str:
-    """The first lines, up to the one that says `do not edit` (all of them when none does)."""
-    lines = text.splitlines()[:HEADER_LINES]
-    ends = [i for i, line in enumerate(lines) if MARK in line.lower()]
-    return "\n".join(lines[: ends[0] + 1] if ends else lines)
 
 
 def named_paths(head: str) -> list[str]:
@@ -39,21 +29,7 @@ def missing_paths(head: str) -> list[str]:
 
 def generated_files() -> dict[str, str]:
     """Tracked file -> its header, for every file whose first lines say `do not edit`."""
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
-    found = {}
-    for name in tracked:
-        path = REPO / name
-        if path.suffix in (".py", ".sh") or not path.is_file():
-            continue  # the generators themselves spell the header, not generated
-        try:
-            head = header(path.read_text())
-        except UnicodeDecodeError:
-            continue
-        if MARK in head.lower():
-            found[name] = head
-    return found
+    return {name: header(name) for name in tracked() if is_generated(name)}
 
 
 def test_the_check_sees_a_path_that_is_not_there() -> None:
