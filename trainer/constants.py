@@ -46,11 +46,6 @@ ENV_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
 ENV_MASTER_PORT = "KUBEDDP_MASTER_PORT"
 ENV_NNODES = "KUBEDDP_NNODES"
 ENV_NPROC_PER_NODE = "KUBEDDP_NPROC_PER_NODE"
-# The old names, for code not yet moved to the new ones (tools/kinds/, tests); delete after.
-ENV_INDEXEDJOB_MASTER_ADDR = ENV_MASTER_ADDR
-ENV_INDEXEDJOB_MASTER_PORT = ENV_MASTER_PORT
-ENV_INDEXEDJOB_NNODES = ENV_NNODES
-ENV_INDEXEDJOB_NPROC = ENV_NPROC_PER_NODE
 # A Worker-only PyTorchJob: the node rank, from the pod's replica-index label (downward API)
 ENV_NODE_RANK = "KUBEDDP_NODE_RANK"
 # Rank 0 writes per-step wall-clock times here as JSON at the end of fit (tests/bench reads it)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kubeddp.trainer import process_contract
+from kubeddp.trainer import constants, process_contract
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = REPO / "trainer" / "process_contract.py"
@@ -99,3 +99,23 @@ def test_the_contracts_names_are_spelled_only_there() -> None:
         if path != CONTRACT and (spelled := spelled_literals(path.read_text()))
     ]
     assert not found, "use the names of trainer/process_contract.py:\n" + "\n".join(found)
+
+
+def aliases(*modules: object) -> dict[str, list[str]]:
+    """Environment variables with more than one ENV_ name among `modules`."""
+    names: dict[str, list[str]] = {}
+    for module in modules:
+        for name, value in vars(module).items():
+            if name.startswith("ENV_") and isinstance(value, str):
+                names.setdefault(value, []).append(name)
+    return {value: found for value, found in names.items() if len(found) > 1}
+
+
+def test_each_environment_variable_has_one_name() -> None:
+    """No alias survives a rename (ENV_INDEXEDJOB_NNODES for KUBEDDP_NNODES, read by the
+    PyTorchJob too): one name, which says what the variable holds."""
+    old = type(
+        "Old", (), {"ENV_NNODES": "KUBEDDP_NNODES", "ENV_INDEXEDJOB_NNODES": "KUBEDDP_NNODES"}
+    )
+    assert aliases(old) == {"KUBEDDP_NNODES": ["ENV_NNODES", "ENV_INDEXEDJOB_NNODES"]}
+    assert aliases(constants, process_contract) == {}

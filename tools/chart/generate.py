@@ -75,7 +75,7 @@ def values_yaml() -> str:
         "# Values of the kubeddp chart. values.schema.json checks every key: a typo or a wrong",
         "# type fails `helm install` before anything reaches the cluster. `kubeddp render` sets",
         "# the same values from its options (the table in README.md).",
-        *_comment(_generated_by("kubeddp/tools/chart/values.py"), "", "# "),
+        *_comment(_generated_by("tools/chart/values.py"), "", "# "),
     ]
     docs = {section.path: section_doc(section, CV.VALUES) for section in CV.SECTIONS}
     opened: list[str] = []  # the mapping keys we are inside
@@ -184,7 +184,7 @@ def values_schema() -> dict[str, Any]:
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "kubeddp chart values",
-        "$comment": _generated_by("kubeddp/tools/chart/values.py"),
+        "$comment": _generated_by("tools/chart/values.py"),
         "type": "object",
         "additionalProperties": False,
         "properties": root,
@@ -319,8 +319,8 @@ def constants_tpl() -> str:
     return (
         "{{/*\n"
         "Names and facts the templates share with kubeddp's Python code (the kinds in\n"
-        "kubeddp/tools/kinds, kubeddp/tools/k8s_names.py, kubeddp/trainer/constants.py).\n"
-        f"{_generated_by('kubeddp/tools/chart/generate.py')}\n"
+        "tools/kinds/, tools/k8s_names.py, trainer/constants.py).\n"
+        f"{_generated_by('tools/chart/generate.py')}\n"
         'Use: $c := include "kubeddp.constants" . | fromYaml\n'
         "*/}}\n"
         '{{- define "kubeddp.constants" -}}\n'
@@ -350,7 +350,7 @@ def config_reference() -> str:
     lines = [
         "# Trainer configuration reference",
         "",
-        f"<!-- {_generated_by('kubeddp/trainer/config.py')} -->",
+        f"<!-- {_generated_by('trainer/config.py')} -->",
         "",
         "A YAML file (`--config`, or `$KUBEDDP_CONFIG`) with the sections below, then `--set",
         "section.key=value` overrides applied in order. Unknown keys, wrong types and values",

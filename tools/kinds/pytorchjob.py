@@ -206,9 +206,9 @@ KIND = JobKind(
         "gangSchedulers": GANG_SCHEDULERS,
         "elasticRdzvBackend": ELASTIC_RDZV_BACKEND,
         # Workers only: kubeddp's own rendezvous env (the operator sets no master for it)
-        "masterAddrEnv": trainer.ENV_INDEXEDJOB_MASTER_ADDR,
-        "masterPortEnv": trainer.ENV_INDEXEDJOB_MASTER_PORT,
-        "nnodesEnv": trainer.ENV_INDEXEDJOB_NNODES,
+        "masterAddrEnv": trainer.ENV_MASTER_ADDR,
+        "masterPortEnv": trainer.ENV_MASTER_PORT,
+        "nnodesEnv": trainer.ENV_NNODES,
         "nodeRankEnv": trainer.ENV_NODE_RANK,
         "replicaIndexLabel": REPLICA_INDEX_LABEL,
     },
