@@ -73,11 +73,16 @@ ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often fil
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
 ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"
+# Kubeflow Trainer's TrainJob status (trainer/launcher/trainjob_status.py): where rank 0 keeps
+# its progress for launch, and how often launch posts it (seconds; Trainer asks for >= 5)
+ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"
+STATUS_DIR_PREFIX = "kubeddp-status-"  # per launch, under SCRATCH_DIR
+ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
-    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",
+    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
 )  # fmt: skip
 # Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
 ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"

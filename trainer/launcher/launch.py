@@ -27,7 +27,13 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run, torchrun_cli
+from kubeddp.trainer.launcher import (
+    checkpoint_sync,
+    end_signals,
+    finished_run,
+    torchrun_cli,
+    trainjob_status,
+)
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import (
     MetricsSetupError,
@@ -321,6 +327,7 @@ def preflight(
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
+    trainjob_status.check_env(env)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)
 
 
@@ -444,6 +451,7 @@ def _run_pod(
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     watch = start_diagnostics(cfg.diagnostics, cfg.checkpoint.dir, metrics, _log)
+    status = trainjob_status.start_for_launch(os.environ, _log)  # TrainJob progress
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
@@ -456,6 +464,8 @@ def _run_pod(
             raise
         outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
+        if status is not None:
+            status.stop()
         outcome = _stop_watching(watch, metrics, outcome)
     return _ended(budget, outcome)
 
