@@ -132,9 +132,14 @@ def test_percentage_remaining_time_and_metrics_of_the_built_in_trainer() -> None
     )
     script = ts.trainer_status(RECORDS["script, no total"])["trainerStatus"]
     assert "progressPercentage" not in script and "estimatedRemainingSeconds" not in script
-    # kubeddp's own names are never shadowed by a program's metric of the same name
-    shadow = ts.trainer_status(RECORDS["too many and too long"])["trainerStatus"]["metrics"]
-    assert {"name": "loss", "value": "shadow"} not in shadow
+    # a name kubeddp filled is never shadowed by a program's metric; one it did not, is the
+    # program's (a script's eval_loss)
+    shadowing = {**RECORDS["built-in trainer"], "metrics": {"loss": "shadow", "eval_loss": "0"}}
+    shown = ts.trainer_status(shadowing)["trainerStatus"]["metrics"]
+    assert {"name": "loss", "value": "0.25"} in shown
+    assert {"name": "eval_loss", "value": "0.31"} in shown and len(shown) == 6
+    scripts = ts.trainer_status(RECORDS["script, no total"] | {"metrics": {"eval_loss": "0.5"}})
+    assert {"name": "eval_loss", "value": "0.5"} in scripts["trainerStatus"]["metrics"]
 
 
 def test_the_stand_in_refuses_what_the_api_server_would() -> None:
@@ -347,3 +352,29 @@ def test_start_for_launch_exports_the_file_and_posts_from_a_thread(
     made.stop()
     assert server.latest(NS, NAME)["progressPercentage"] == 75
     assert constants.ENV_STATUS_FILE not in os.environ
+
+
+def test_report_step_feeds_rank_0s_record_with_a_scripts_metrics(tmp_path: Path) -> None:
+    """kubeddp.api.report_step in a worker of a posting launch (no metrics directory): its
+    totals and metrics reach the record; a bad metric is one warning and that call is dropped."""
+    record = tmp_path / "progress.json"
+    code = (
+        "from kubeddp import api\n"
+        "api.report_step(1, samples=4, loss=0.5, total_steps=10, epoch=0, total_epochs=2,"
+        " metrics={'eval_loss': 0.25, 'phase': 'warm-up'})\n"
+        "api.report_step(2, samples=4, metrics={'x' * 65: 1})\n"
+        "api.report_step(3, samples=4, metrics=['accuracy'])\n"
+    )
+    env = {**__import__("os").environ, constants.ENV_STATUS_FILE: str(record), "RANK": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    warnings = [line for line in done.stderr.splitlines() if "report_step ignored" in line]
+    assert len(warnings) == 1 and "must be a string of 1 to 64 characters" in warnings[0], warnings
+    written = read_snapshot(record)
+    assert written is not None
+    assert (written["step"], written["total_steps"], written["total_epochs"]) == (1, 10, 2)
+    assert written["metrics"] == {"eval_loss": "0.25", "phase": "warm-up"}
+    status = ts.trainer_status(written)["trainerStatus"]
+    assert status["progressPercentage"] == 10
+    assert {"name": "eval_loss", "value": "0.25"} in status["metrics"]
+    assert tss.status_problems(status, tss.trainer_status_schema()) == []

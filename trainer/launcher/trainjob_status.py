@@ -112,16 +112,16 @@ def endpoint_from_env(env: Mapping[str, str]) -> StatusEndpoint | None:
 
 
 def _metric_list(record: Mapping[str, Any]) -> list[dict[str, str]]:
-    """kubeddp's metrics first, then the program's own (never one of kubeddp's names), each
-    checked against the CRD's limits: one that does not fit is left out, not the post."""
-    pairs = [(name, record.get(name)) for name in status_feed.STANDARD_NAMES]
+    """kubeddp's metrics first, then the program's own (a name kubeddp filled is kubeddp's;
+    a script may give its `eval_loss`), each checked against the CRD's limits: one that does
+    not fit is left out, not the post."""
+    pairs = [(n, record[n]) for n in status_feed.STANDARD_NAMES if record.get(n) is not None]
     extra = record.get("metrics")
     if isinstance(extra, dict):
-        pairs += [(k, v) for k, v in extra.items() if k not in status_feed.STANDARD_NAMES]
+        filled = {name for name, _ in pairs}
+        pairs += [(k, v) for k, v in extra.items() if k not in filled]
     found = []
     for name, value in pairs:
-        if value is None:
-            continue
         try:
             found.append(
                 {"name": status_feed.check_name(name), "value": status_feed.format_value(value)}
