@@ -125,31 +125,41 @@ class Credentials:
         self.ca_file, self.cert_file, self.key_file = _make_tls(self.folder, self.hosts)
         self.issuer_key = ec.generate_private_key(ec.SECP256R1())
 
-    def token(self, namespace: str, name: str, expires_in: float = 3600, **claims: Any) -> str:
-        """A projected service-account token for the TrainJob's audience (ES256 JWT)."""
+    def token(self, namespace: str, name: str, expires_in: float = 3600, pod: str = "") -> str:
+        """A projected service-account token for the TrainJob's audience."""
+        return self.issue(token_audience(namespace, name), namespace, expires_in, pod)
+
+    def issue(self, audience: str, namespace: str, expires_in: float = 3600, pod: str = "") -> str:
+        """What the kubelet gets from the TokenRequest API for a pod's serviceAccountToken
+        projection: an ES256 JWT for `audience`, bound to the pod."""
         now = int(time.time())
+        bound: dict[str, Any] = {"namespace": namespace}
+        if pod:
+            bound["pod"] = {"name": pod}
         payload = {
             "iss": "https://kubernetes.default.svc",
-            "aud": [token_audience(namespace, name)],
+            "aud": [audience],
             "sub": f"system:serviceaccount:{namespace}:default",
             "iat": now,
             "nbf": now,
             "exp": now + int(expires_in),
-            "kubernetes.io": {"namespace": namespace},
-            **claims,
+            "kubernetes.io": bound,
         }
         return _sign_jwt(self.issuer_key, payload)
 
-    def verified(self, token: str, namespace: str, name: str) -> bool:
-        """auth.go Authorize: signature, expiry, audience, then the namespace claim."""
+    def authorized(self, token: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """auth.go Authorize: signature, expiry, audience, then the namespace claim; the
+        token's claims when it may update the TrainJob, else None."""
         claims = _verify_jwt(self.issuer_key.public_key(), token)
         if claims is None or claims.get("exp", 0) < time.time():
-            return False
+            return None
         audience = claims.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]
         if token_audience(namespace, name) not in audiences:
-            return False
-        return (claims.get("kubernetes.io") or {}).get("namespace") == namespace
+            return None
+        if (claims.get("kubernetes.io") or {}).get("namespace") != namespace:
+            return None
+        return claims
 
 
 def _b64(data: bytes) -> str:
@@ -262,6 +272,13 @@ class Request:
     authorization: str | None
     body: Any
     answered: int | None = None  # None: never answered (a hanging server)
+    claims: dict[str, Any] | None = None  # of an accepted token
+
+    @property
+    def pod(self) -> str:
+        """The pod the token is bound to ("" when none)."""
+        bound = (self.claims or {}).get("kubernetes.io") or {}
+        return (bound.get("pod") or {}).get("name", "")
 
 
 class TrainerStatusServer:
@@ -316,15 +333,16 @@ class TrainerStatusServer:
         found = self.statuses(namespace, name)
         return found[-1] if found else None
 
-    def handle(self, path: str, authorization: str | None, raw: bytes) -> tuple[int, dict]:
+    def handle(self, request: Request, raw: bytes) -> tuple[int, dict]:
         """(HTTP code, body) for one POST, as server.go's handler answers it."""
-        found = PATH.match(path)
+        found = PATH.match(request.path)
         if not found:
             return _failure(404, "NotFound", "Not found")
         namespace, name = found.groups()
-        parts = (authorization or "").split()
+        parts = (request.authorization or "").split()
         token = parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" else ""
-        if not token or not self.credentials.verified(token, namespace, name):
+        request.claims = self.credentials.authorized(token, namespace, name) if token else None
+        if request.claims is None:
             return _failure(403, "Forbidden", "Forbidden")
         try:
             request = json.loads(raw) if len(raw) <= MAX_BODY else None
@@ -373,7 +391,7 @@ def _handler(owner: TrainerStatusServer) -> type[BaseHTTPRequestHandler]:
             if owner.forced is not None:
                 code, answer = _failure(owner.forced, "Forced", f"answered {owner.forced}")
             else:
-                code, answer = owner.handle(self.path, request.authorization, raw)
+                code, answer = owner.handle(request, raw)
             request.answered = code
             data = json.dumps(answer).encode()
             self.send_response(code)
