@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.exit_codes import PREEMPTED as EXIT_PREEMPTED
 from kubeddp.trainer.worker import stop_signal
 
@@ -54,7 +54,7 @@ class _StepReporter:
 
     def start(self) -> bool:
         if self.enabled is None:
-            self.enabled = bool(os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR))
+            self.enabled = bool(os.environ.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR))
             if self.enabled:
                 self.metrics = _training_metrics()
                 self.enabled = self.metrics.enabled
@@ -92,7 +92,7 @@ class _StatusFeed:
     def get(cls) -> Any:
         if not cls.decided:
             cls.decided = True
-            if os.environ.get(constants.ENV_STATUS_FILE):
+            if os.environ.get(process_contract.ENV_STATUS_FILE):
                 from kubeddp.trainer.worker import status_feed
 
                 cls.feed = status_feed.for_rank(_global_rank())
@@ -116,8 +116,9 @@ def _status(step: int, loss: float | None, progress: dict[str, Any]) -> None:
 
 def _heartbeat(step: int, loss: float | None) -> None:
     """This rank's progress record (the stall watch reads it), and the divergence guard."""
+    from kubeddp.trainer.process_contract import PHASE_CODE
     from kubeddp.trainer.worker import program_watch
-    from kubeddp.trainer.worker.heartbeat import PHASE_CODE, this_rank
+    from kubeddp.trainer.worker.heartbeat import this_rank
 
     program_watch.reported()
     hb = this_rank()
@@ -130,7 +131,8 @@ def _nonfinite(hb: Any, step: int, loss: float) -> None:
     """diagnostics.on_nonfinite for a program: `skip` only says so (the program's step is
     done); `stop` and `keep_last_good` end it with NONFINITE (its checkpoints are its own)."""
     from kubeddp.trainer import exit_codes
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
+    from kubeddp.trainer.process_contract import resolved_config
 
     hb.nonfinite(step, "loss")
     rank = os.environ.get("RANK", "0")
@@ -205,7 +207,7 @@ def _optional_count(value: object, name: str) -> int | None:
 def _checked_metrics(metrics: object) -> dict[str, str]:
     """{name: value} with each value formatted as Trainer keeps it (a string of at most 64
     characters; a number with 6 significant digits)."""
-    from kubeddp.trainer.worker.status_feed import check_name, format_value
+    from kubeddp.trainer.process_contract import check_name, format_value
 
     if metrics is None:
         return {}

@@ -608,15 +608,13 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 # ---- How a config reaches a process: the --config/--set options (the same for `kubeddp
-# launch`, `kubeddp train` and the worker), and launch's hand-off of the config it loaded.
+# launch`, `kubeddp train` and a worker that a user's own torchrun starts). Launch loads the
+# config once and hands it to its workers in their environment, never as arguments: that
+# hand-off is the process contract's (trainer/process_contract.py).
 
 if typing.TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
-
-# Set by `kubeddp launch` for its workers: the config it loaded, as JSON, so no worker reads
-# the file or the overrides again (and none can see a different file than launch checked).
-ENV_RESOLVED_CONFIG = "KUBEDDP_RESOLVED_CONFIG"
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -636,12 +634,15 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_options_argv(path: str | None, overrides: list[str]) -> list[str]:
-    """The options as command-line arguments, for a process that parses them again."""
-    argv = ["--config", path] if path else []
-    for item in overrides:
-        argv += ["--set", item]
-    return argv
+def parse_config_options(argv: list[str], prog: str) -> argparse.Namespace:
+    """--config/--set alone, from `argv` (any other argument: one line, exit 2): what follows
+    `--` on launch's command line for the built-in trainer (as the manifests pass it), and the
+    command line of a worker that a user's own torchrun started without kubeddp launch."""
+    from kubeddp.trainer.arguments import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog=prog, description="the trainer's config options")
+    add_config_options(parser)
+    return parser.parse_args(argv)
 
 
 def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
@@ -649,25 +650,3 @@ def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Con
     from kubeddp.trainer.constants import ENV_CONFIG
 
     return load_config(args.config or env.get(ENV_CONFIG) or None, args.overrides)
-
-
-def resolved_config_env(cfg: Config) -> dict[str, str]:
-    """The environment that hands `cfg` to the workers (see resolved_config)."""
-    return {ENV_RESOLVED_CONFIG: json.dumps(cfg.to_dict())}
-
-
-def resolved_config(env: Mapping[str, str]) -> Config | None:
-    """The config `kubeddp launch` resolved for this worker; None when launch did not start it."""
-    raw = env.get(ENV_RESOLVED_CONFIG)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"${ENV_RESOLVED_CONFIG} is not a JSON config mapping; unset it (kubeddp launch "
-            "sets it for its workers) and pass --config/--set instead"
-        )
-    return config_from_dict(data)

@@ -31,7 +31,8 @@ PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries",
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
 PREEMPT_GRACE_SECONDS = 60
 
-# Environment variables kubeddp itself reads
+# Environment variables kubeddp itself reads (those launch sets for its workers are the
+# process contract's: trainer/process_contract.py)
 ENV_CONFIG = "KUBEDDP_CONFIG"
 ENV_CPU_NPROC = "KUBEDDP_CPU_NPROC"  # workers per CPU-only node when nproc is auto/cpu (default 1)
 ENV_METRICS_PORT = "KUBEDDP_METRICS_PORT"
@@ -56,13 +57,9 @@ ENV_NODE_RANK = "KUBEDDP_NODE_RANK"
 ENV_SUMMARY_FILE = "KUBEDDP_SUMMARY_FILE"
 # Metrics (trainer/worker/metrics.py, trainer/launcher/metrics_server.py)
 ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after training ends
-ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # set by launch for workers; shown in kubeddp_info
-ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
-# Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
-ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
 # The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a
 # ReadWriteOnce claim and serves its files; training pods fill checkpoint.dir (an emptyDir)
 # from it and send back what rank 0 writes (trainer/launcher/checkpoint_sync.py).
@@ -71,12 +68,8 @@ ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the k
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
-# "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
-ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"
-# Kubeflow Trainer's TrainJob status (trainer/launcher/trainjob_status.py): where rank 0 keeps
-# its progress for launch, and how often launch posts it (seconds; Trainer asks for >= 5)
-ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"
-STATUS_DIR_PREFIX = "kubeddp-status-"  # per launch, under SCRATCH_DIR
+# How often launch posts a TrainJob's progress to Kubeflow Trainer (seconds; Trainer asks
+# for >= 5): trainer/launcher/trainjob_status.py
 ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
@@ -84,8 +77,6 @@ USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
     ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
 )  # fmt: skip
-# Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
-ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"
 # Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 # The pod's and node's names (downward API in every manifest) name a stalled or slow rank

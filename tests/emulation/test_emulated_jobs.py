@@ -19,27 +19,24 @@ import yaml
 from cluster import EmulatedCluster, EmulationError
 from operator_env import INIT_CONTAINER_NAME, JobPlan, load_documents, plan_from_documents
 from prometheus_client.parser import text_string_to_metric_families
+from rendered_jobs import (
+    DONE,
+    JOB_SECONDS,
+    LONGER,
+    REPO,
+    TINY,
+    assert_trained,
+    exits,
+    first_complete_checkpoint,
+    render,
+    slow_steps,
+)
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import checkpoints as ck
-from tests.helpers import faults
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-KUBEDDP = [sys.executable, "-m", "kubeddp"]
-# A tiny regression run: a handful of gloo steps, checkpoints, an eval.
-TINY = [
-    "--set", "workload.name=regression",
-    "--set", "train.max_steps=20",
-    "--set", "train.log_every=5",
-    "--set", "train.eval_batches=2",
-    "--set", "checkpoint.every_steps=10",
-    "--set", "ddp.backend=gloo",
-    "--set", "ddp.device=cpu",
-]  # fmt: skip
-# Long enough to scrape /metrics or kill a pod while the job trains (~100 ms/step here).
-LONGER = ["--set", "train.max_steps=80", "--set", "train.epochs=10"]
 # For exactly-once checks: 1800 training rows (2000 x 90%) split evenly over 3 or 6 ranks, every
 # sample id recorded in the checkpoints; 2 epochs of 38 (3 ranks) or 19 (6 ranks) steps.
 EXACTLY_ONCE = [
@@ -55,17 +52,6 @@ EXACTLY_ONCE = [
     "--set", "ddp.device=cpu",
 ]  # fmt: skip
 TRAIN_ROWS = 1800
-JOB_SECONDS = 150
-DONE = re.compile(r"final loss ([0-9.]+) \(start ([0-9.]+)\)")
-
-
-def render(kind: str, *args: str) -> JobPlan:
-    argv = [*KUBEDDP, "render", kind, "--image", "kubeddp:cpu", "--validate-against", "offline"]
-    done = subprocess.run(
-        [*argv, *args], capture_output=True, text=True, timeout=120, cwd=REPO, check=False
-    )
-    assert done.returncode == 0, f"kubeddp render failed:\n{done.stderr}"
-    return plan_from_documents(load_documents(done.stdout))
 
 
 def render_chart(values_file: Path, release: str) -> JobPlan:
@@ -82,44 +68,6 @@ def render_chart(values_file: Path, release: str) -> JobPlan:
         for d in load_documents(text)
     ]
     return plan_from_documents(docs)
-
-
-def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:
-    """(pod, exit code) of every container end the controllers saw, in order."""
-    found = []
-    for event in cluster.status.events:
-        pod, _, rest = event.partition(": exit ")
-        if rest:
-            code = rest.split(" ", 1)[0]
-            found.append((pod, None if code == "None" else int(code)))
-    return found
-
-
-def slow_steps(work_ms: int, samples: int = 2000) -> list[str]:
-    """Steps of at least `work_ms` (every rank's forward sleeps, the regression model and data
-    otherwise): a test that preempts a pod after the first checkpoint does so while it trains."""
-    return [*faults.settings("slow", -1, 0, samples=samples, work_ms=work_ms),
-            "--env", f"PYTHONPATH={REPO}"]  # the image would hold the workload  # fmt: skip
-
-
-def first_complete_checkpoint(cluster: EmulatedCluster, timeout: float = JOB_SECONDS) -> object:
-    # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
-    return cluster.run_until(
-        lambda: any(cluster.volume("pvc-").glob("ckpt-*/COMPLETE")),
-        timeout,
-        "a complete checkpoint on the claim",
-    )
-
-
-def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
-    """rank 0 reported the expected world size, and the loss fell."""
-    logs = cluster.all_logs()
-    sizes = {int(s) for s in re.findall(r"\| world size (\d+) \(gloo", logs)}
-    assert sizes == {world_size}, f"world sizes {sizes}, expected {world_size}\n{logs[-3000:]}"
-    done = DONE.findall(logs)
-    assert done, f"no final loss line\n{cluster.log_tails()}"
-    final, start = (float(x) for x in done[-1])
-    assert final < start, f"loss did not fall: start {start}, final {final}"
 
 
 def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:

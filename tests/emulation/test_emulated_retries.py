@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 from cluster import EmulatedCluster
-from test_emulated_jobs import (
+from rendered_jobs import (
+    BUDGET,
     JOB_SECONDS,
+    OOM_IMAGE_SCRIPT,
+    OOM_SCRIPT,
     TINY,
     assert_trained,
     exits,
@@ -34,9 +37,6 @@ from tests.helpers import fake_api
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-OOM_SCRIPT = Path(__file__).with_name("oom_worker.py")
-IMAGE_SCRIPT = "/app/oom_worker.py"
-BUDGET = 2
 # Long enough to preempt a pod while the job trains, short enough for 2 shared cores.
 STEPS = ["--set", "train.max_steps=60", "--set", "train.epochs=20", "--set",
          "checkpoint.every_steps=10"]  # fmt: skip
@@ -72,9 +72,9 @@ def test_a_worker_oom_killed_at_every_start_ends_the_job_within_the_budget(
 ) -> None:
     budget = f"retries.without_progress={BUDGET}"
     plan = render("pytorchjob", "--name", "oom", "--nodes", "1", "--nproc-per-node", "2",
-                  "--script", IMAGE_SCRIPT, "--set", budget)  # fmt: skip
+                  "--script", OOM_IMAGE_SCRIPT, "--set", budget)  # fmt: skip
     assert plan.restart_policy == {"Worker": "ExitCode"}
-    cluster = cluster_factory(image_files={IMAGE_SCRIPT: OOM_SCRIPT})
+    cluster = cluster_factory(image_files={OOM_IMAGE_SCRIPT: OOM_SCRIPT})
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"

@@ -464,19 +464,36 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
     "submit": ("submit", "-f", "{tmp}/cm.yaml", "--validate-against", "offline"),
     "validate": ("validate", "{tmp}/job.yaml", "--validate-against", "cluster"),
 }
-SLOW_MISBEHAVIOURS = ("hang", "hang-body", "drip")  # each costs the request timeout (1 s)
+# Every cluster command sends its requests through one transport (Cluster.request in
+# tools/kube.py): each misbehaviour meets it once, with the command it meets taken in turn so
+# that every command meets a misbehaving server too. Each command's own check of an answer's
+# kind and name is tested on its own in tests/unit/test_user_input.py.
+API_ROWS = {  # misbehaviour: the command that meets it
+    "hang": "status",
+    "hang-body": "validate",
+    "html": "delete",
+    "500": "submit",
+    "502": "logs",
+    "reset": "status",
+    "close": "wait",
+    "json-list": "logs",
+    "json-bad": "validate",
+    "truncated": "wait",
+    "garbage": "delete",
+    "empty-object": "submit",
+    "wrong-kind": "status",
+    "deep": "status",
+    "drip": "status",
+}
 
 
 def api_rows() -> list[Row]:
     job = {**PYTORCHJOB_KEY, "metadata": {"name": "p"}}  # validation asks for its CRD first
     files = {"cm.yaml": _text(yaml.safe_dump(CONFIG_MAP)), "job.yaml": _text(yaml.safe_dump(job))}
-    rows = []
-    for mode in fake_api.MISBEHAVIOURS:
-        commands = ("status", "validate") if mode in SLOW_MISBEHAVIOURS else API_COMMANDS
-        for command in commands:
-            rows.append(Row(f"api-{mode}-{command}", API_COMMANDS[command], CLUSTER_ERROR, (),
-                            files, api=mode))  # fmt: skip
-    return rows
+    return [
+        Row(f"api-{mode}-{command}", API_COMMANDS[command], CLUSTER_ERROR, (), files, api=mode)
+        for mode, command in API_ROWS.items()
+    ]
 
 
 def all_rows() -> list[Row]:

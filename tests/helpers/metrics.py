@@ -1,9 +1,11 @@
-"""What a worker exports: record one step in a child process, merge its multiprocess files."""
+"""What a worker exports (record one step in a child process, merge its multiprocess files),
+and what docs/metrics.md says it exports."""
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,6 +13,8 @@ from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from tests.helpers.readme import DOCS, doc_section
 
 RECORD_ONE_STEP = textwrap.dedent(
     """
@@ -30,3 +34,33 @@ def exported_families(directory: Path) -> list[Metric]:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", RECORD_ONE_STEP], env=env, check=True, timeout=60)
     return list(MultiProcessCollector.merge(glob.glob(os.path.join(directory, "*.db"))))
+
+
+METRICS_PAGE = DOCS / "metrics.md"
+ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
+
+
+def documented_tables() -> list[dict[str, tuple[str, set[str]]]]:
+    """Each metrics table: name -> (type, label names)."""
+    tables: list[dict[str, tuple[str, set[str]]]] = []
+    current: dict[str, tuple[str, set[str]]] = {}
+    for line in doc_section(METRICS_PAGE, "Metrics").splitlines():
+        row = ROW.match(line)
+        if row:
+            labels = set(re.findall(r"`(\w+)`", row.group(3)))
+            current[row.group(1)] = (row.group(2), labels)
+        elif current and not line.startswith("|"):
+            tables.append(current)
+            current = {}
+    if current:
+        tables.append(current)
+    return tables
+
+
+def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
+    out = {}
+    for family in exported_families(tmp_path):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        out[name] = (family.type, labels)
+    return out

@@ -12,25 +12,29 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubeddp.tools.cli import main
 from kubeddp.trainer.exit_codes import CLUSTER_ERROR
 from tests.helpers import fake_api, reference
+from tests.helpers.cluster_commands import (
+    CLAIMS,
+    CONFIGMAPS,
+    CRD_PATH,
+    CRDS,
+    DEPLOYMENTS,
+    NS,
+    PODS,
+    PODS_LIST,
+    PYTORCHJOB_KEY,
+    PYTORCHJOB_STATUS,
+    PYTORCHJOBS,
+    RUNTIMES,
+    SERVICES,
+    STORAGE_CLASSES,
+    TRAINJOBS,
+    run,
+)
 from tests.helpers.fake_api import TOKEN, status_body
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = reference.CRDS
-NS = fake_api.NAMESPACE
-PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
-TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
-RUNTIMES = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainingruntimes"
-CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
-CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a claim by default
-PODS = f"/api/v1/namespaces/{NS}/pods"
-SERVICES = f"/api/v1/namespaces/{NS}/services"
-DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"  # the checkpoint keeper (2+ pods)
-STORAGE_CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -40,15 +44,6 @@ def api(tmp_path, monkeypatch):
         kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         yield server
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
@@ -232,39 +227,6 @@ def test_submit_refuses_an_invalid_file_before_sending(api, tmp_path, capsys):
     code, _, err = run(["submit", "-f", str(path), "--validate-against", "offline"], capsys)
     assert code == 2 and "data.n" in err
     assert api.requests == []
-
-
-PYTORCHJOB_KEY = {
-    "apiVersion": "kubeflow.org/v1",
-    "kind": "PyTorchJob",
-    "metadata": {"name": "demo"},
-}
-PYTORCHJOB_STATUS = {
-    **PYTORCHJOB_KEY,
-    "status": {
-        "conditions": [
-            {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "ok"},
-            {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"},
-        ],
-        "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1, "failed": 0}},
-    },
-}
-PODS_LIST = {
-    "kind": "PodList",
-    "apiVersion": "v1",
-    "items": [
-        {
-            "metadata": {"name": "demo-master-0"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 0}]},
-        },
-        {
-            "metadata": {"name": "demo-worker-0"},
-            "spec": {"nodeName": "n2"},
-            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 2}]},
-        },
-    ],
-}
 
 
 def test_status_prints_conditions_replicas_and_restarts(api, capsys):

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from tests.helpers import fake_api
-from tests.unit.test_cluster_contract import PODS, PODS_LIST, PYTORCHJOB_STATUS, PYTORCHJOBS, run
+from tests.helpers.cluster_commands import PODS, PODS_LIST, PYTORCHJOB_STATUS, PYTORCHJOBS, run
 
 pytestmark = pytest.mark.timeout(60)
 

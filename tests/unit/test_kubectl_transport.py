@@ -26,8 +26,8 @@ import pytest
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api, helm_cli
+from tests.helpers.cluster_commands import run as run_in_process
 from tests.helpers.fake_api import TOKEN, status_body
-from tests.unit.test_cluster_contract import run as run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 NS = fake_api.NAMESPACE

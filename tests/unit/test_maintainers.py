@@ -14,10 +14,9 @@ from kubeddp.tools.chart.values import BY_PATH, FLAGS
 from kubeddp.tools.kinds import KINDS
 from kubeddp.trainer.config import WorkloadConfig, workload_names
 from kubeddp.trainer.workloads import build_workload
-from tests.unit.test_kind_values import SAMPLES, untabled
-from tests.unit.test_metrics_readme import documented_tables, exported
-from tests.unit.test_render_options import derived_case
-from tests.unit.test_value_help import restriction_in
+from tests.helpers.kind_restrictions import restriction_in
+from tests.helpers.kind_samples import SAMPLES, derived_case, untabled
+from tests.helpers.metrics import documented_tables, exported
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "docs" / "maintainers.md"
@@ -56,7 +55,7 @@ def test_a_pod_field_with_an_option_is_four_hand_edited_files() -> None:
         "tools/chart/values.py",
         "charts/kubeddp/templates/_pod.tpl",
         "tools/kinds/values.py",
-        "tests/unit/test_kind_values.py",
+        "tests/helpers/kind_samples.py",
     ]
 
 

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import start_pod_metrics
 from kubeddp.trainer.launcher.pushgateway import push_summary
@@ -67,7 +67,7 @@ def test_push_summary_puts_pod_metrics_and_run_result(gateway) -> None:
 
 def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> None:
     address, requests = gateway
-    monkeypatch.delenv(constants.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
+    monkeypatch.delenv(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
     cfg = MetricsConfig(port=0, pushgateway=address, push_job="nightly")
     endpoint = start_pod_metrics(cfg, in_kubernetes=False)
     assert endpoint is not None
@@ -96,7 +96,7 @@ def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> 
 
 
 def test_unreachable_gateway_only_warns(monkeypatch) -> None:
-    monkeypatch.delenv(constants.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
+    monkeypatch.delenv(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
     import socket
 
     with socket.socket() as s:

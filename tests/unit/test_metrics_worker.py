@@ -154,3 +154,30 @@ def test_step_histogram_buckets_are_exact(tmp_path: Path) -> None:
     assert bucket("+Inf") == 7
     assert out[("kubeddp_step_duration_seconds_count", (("rank", "3"),))] == 7
     assert out[("kubeddp_step_duration_seconds_sum", (("rank", "3"),))] == pytest.approx(100.6341)
+
+
+USER_PROGRAM = textwrap.dedent(
+    """
+    from kubeddp import api
+    api.report_step(1, samples=8, loss=0.5, tokens=64)
+    api.report_step(2, samples=8, loss=0.25, tokens=64)
+    """
+)
+
+
+def test_report_step_records_what_the_trainer_records(tmp_path: Path) -> None:
+    """kubeddp.api.report_step writes through the same TrainingMetrics.on_step as the loop: a
+    metric that on_step now requires and report_step does not pass would be one swallowed
+    warning and no user-script metrics at all (report_step never ends a program)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "RANK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", USER_PROGRAM], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    out = served(tmp_path)
+    assert out[("kubeddp_step", ())] == 2
+    assert out[("kubeddp_samples_total", ())] == 16
+    assert out[("kubeddp_tokens_total", ())] == 128
+    assert out[("kubeddp_loss", ())] == 0.25
+    assert out[("kubeddp_step_duration_seconds_count", (("rank", "1"),))] == 1

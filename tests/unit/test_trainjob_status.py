@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, process_contract
 from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.launcher import trainjob_status as ts
-from kubeddp.trainer.worker.status_feed import StatusFeed, for_rank, format_value, read_snapshot
+from kubeddp.trainer.process_contract import format_value, read_snapshot
+from kubeddp.trainer.worker.status_feed import StatusFeed, for_rank
 from tests.helpers import fake_api
 from tests.helpers import trainer_status_server as tss
 
@@ -25,7 +26,7 @@ NS, NAME = "team", "tj"
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (ts.ENV_URL, ts.ENV_CA_CERT, ts.ENV_TOKEN, constants.ENV_STATUS_FILE,
+    for name in (ts.ENV_URL, ts.ENV_CA_CERT, ts.ENV_TOKEN, process_contract.ENV_STATUS_FILE,
                  constants.ENV_TRAINER_STATUS_SECONDS):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
@@ -74,7 +75,7 @@ def test_the_feed_writes_at_most_once_a_second_and_flushes_the_rest(tmp_path: Pa
 
 
 def test_only_global_rank_0_under_a_posting_launch_has_a_feed(tmp_path: Path) -> None:
-    env = {constants.ENV_STATUS_FILE: str(tmp_path / "p.json")}
+    env = {process_contract.ENV_STATUS_FILE: str(tmp_path / "p.json")}
     assert for_rank(0, env) is not None
     assert for_rank(1, env) is None
     assert for_rank(0, {}) is None
@@ -186,7 +187,7 @@ def test_without_the_variables_no_thread_no_file(monkeypatch: pytest.MonkeyPatch
     before = threading.active_count()
     assert ts.start_for_launch({}, lines.append) is None
     assert threading.active_count() == before and lines == []
-    assert constants.ENV_STATUS_FILE not in __import__("os").environ
+    assert process_contract.ENV_STATUS_FILE not in __import__("os").environ
     partial = {ts.ENV_URL: "https://svc:10443/status"}
     assert ts.start_for_launch(partial, lines.append) is None
     assert lines == [
@@ -347,11 +348,13 @@ def test_start_for_launch_exports_the_file_and_posts_from_a_thread(
     import os
 
     feed = for_rank(0)  # what rank 0 of a worker started now would make
-    assert feed is not None and os.environ[constants.ENV_STATUS_FILE] == str(made.record_path)
+    assert feed is not None and os.environ[process_contract.ENV_STATUS_FILE] == str(
+        made.record_path
+    )
     feed.update(3, total_steps=4, loss=math.pi)
     made.stop()
     assert server.latest(NS, NAME)["progressPercentage"] == 75
-    assert constants.ENV_STATUS_FILE not in os.environ
+    assert process_contract.ENV_STATUS_FILE not in os.environ
 
 
 def test_report_step_feeds_rank_0s_record_with_a_scripts_metrics(tmp_path: Path) -> None:
@@ -365,7 +368,7 @@ def test_report_step_feeds_rank_0s_record_with_a_scripts_metrics(tmp_path: Path)
         "api.report_step(2, samples=4, metrics={'x' * 65: 1})\n"
         "api.report_step(3, samples=4, metrics=['accuracy'])\n"
     )
-    env = {**__import__("os").environ, constants.ENV_STATUS_FILE: str(record), "RANK": "0"}
+    env = {**__import__("os").environ, process_contract.ENV_STATUS_FILE: str(record), "RANK": "0"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120, check=True)  # fmt: skip
     warnings = [line for line in done.stderr.splitlines() if "report_step ignored" in line]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.launcher import early_exit, scratch
+from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def run_agent(
     if own_log_dir is not None:
         args.log_dir = str(own_log_dir)
     exited_dir = scratch.owned_dir(constants.RUN_DIR_PREFIX)
-    os.environ[constants.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0 there
+    os.environ[process_contract.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0
     try:
         run(args)
     except ChildFailedError as exc:
@@ -222,7 +222,7 @@ def run_agent(
 def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> None:
     """What the agent and every worker it starts read from this process's environment."""
     os.environ.update(worker_env)
-    os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
+    os.environ[process_contract.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
     # torch shares the rendezvous TCPStore with the workers by default, and a worker group the
     # agent restarts (--max-restarts) then reads the previous group's keys (gloo/NCCL connect
     # to dead ports: pytorch issue 135712): with restarts, a store per worker group. Only then:
@@ -234,7 +234,7 @@ def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_gra
         threads = threads_per_worker(plan.nproc_per_node, available_cpus())
         os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
     os.environ.update(shutdown_timeout_env(preempt_grace))
-    os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
+    os.environ[process_contract.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with launch
 
 
 def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
@@ -259,7 +259,7 @@ def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:
     """Ranks of this node that returned 0 before the group's first failure."""
     failures = getattr(exc, "failures", {}) or {}
     stamps = [float(getattr(f, "timestamp", 0) or 0) for f in failures.values()]
-    return early_exit.returned_before(exited_dir, min(stamps)) if stamps else []
+    return process_contract.returned_before(exited_dir, min(stamps)) if stamps else []
 
 
 def _log(message: str) -> None:

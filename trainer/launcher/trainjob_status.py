@@ -14,7 +14,7 @@ The contract, read from kubeflow/trainer v2.3.0 (unchanged since v2.2.0):
 - the TrainJob CRD's status.trainerStatus: progressPercentage (0-100), estimatedRemainingSeconds
   (int32 >= 0), metrics (name/value strings), lastUpdatedTime (required).
 
-Rank 0 keeps its progress in a file (worker/status_feed.py); a thread here posts it when it
+Rank 0 keeps its progress in a file (worker/status_record.py); a thread here posts it when it
 changed, at most every KUBEDDP_TRAINER_STATUS_SECONDS. Training never waits for it: a down or
 refusing endpoint is one warning line, then posts less and less often. Without the Trainer
 variables there is no thread and no folder; http.client and ssl are imported at the first post.
@@ -35,10 +35,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract as status_record
 from kubeddp.trainer.common import one_line
 from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.launcher import scratch
-from kubeddp.trainer.worker import status_feed
 
 # trainjobstatus.go envNameStatusURL / envNameCACert / envNameToken
 ENV_URL = "KUBEFLOW_TRAINER_SERVER_URL"
@@ -115,7 +115,7 @@ def _metric_list(record: Mapping[str, Any]) -> list[dict[str, str]]:
     """kubeddp's metrics first, then the program's own (a name kubeddp filled is kubeddp's;
     a script may give its `eval_loss`), each checked against the CRD's limits: one that does
     not fit is left out, not the post."""
-    pairs = [(n, record[n]) for n in status_feed.STANDARD_NAMES if record.get(n) is not None]
+    pairs = [(n, record[n]) for n in status_record.STANDARD_NAMES if record.get(n) is not None]
     extra = record.get("metrics")
     if isinstance(extra, dict):
         filled = {name for name, _ in pairs}
@@ -124,11 +124,11 @@ def _metric_list(record: Mapping[str, Any]) -> list[dict[str, str]]:
     for name, value in pairs:
         try:
             found.append(
-                {"name": status_feed.check_name(name), "value": status_feed.format_value(value)}
+                {"name": status_record.check_name(name), "value": status_record.format_value(value)}
             )
         except ValueError:
             continue
-    return found[: status_feed.METRICS_MAX]
+    return found[: status_record.METRICS_MAX]
 
 
 def trainer_status(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -222,7 +222,7 @@ class StatusPoster:
 
     def post_latest(self) -> float:
         """Post the newest record if it is new; the seconds until the next try."""
-        record = status_feed.read_snapshot(self.record_path)
+        record = status_record.read_snapshot(self.record_path)
         if record is None or record.get("observed_at") == self._posted_at:
             return self.every
         try:
@@ -245,7 +245,7 @@ class StatusPoster:
         """Post the last record (unless the endpoint is failing) and end the thread."""
         self._stopping.set()
         self.thread.join(STOP_WAIT_SECONDS)
-        os.environ.pop(constants.ENV_STATUS_FILE, None)
+        os.environ.pop(status_record.ENV_STATUS_FILE, None)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -260,9 +260,9 @@ def start_for_launch(env: Mapping[str, str], log: Callable[[str], None]) -> Stat
         return None
     if endpoint is None:
         return None
-    directory = scratch.owned_dir(constants.STATUS_DIR_PREFIX)
+    directory = scratch.owned_dir(status_record.STATUS_DIR_PREFIX)
     poster = StatusPoster(endpoint, directory, post_seconds(env), log)
-    os.environ[constants.ENV_STATUS_FILE] = str(poster.record_path)
+    os.environ[status_record.ENV_STATUS_FILE] = str(poster.record_path)
     poster.thread.start()
     return poster
 

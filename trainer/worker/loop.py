@@ -21,6 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
+from kubeddp.trainer.process_contract import PHASE_CODE
 from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
 from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
 from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
@@ -39,7 +40,6 @@ from kubeddp.trainer.worker.distributed import (
     wrap_ddp,
 )
 from kubeddp.trainer.worker.evaluator import Evaluator
-from kubeddp.trainer.worker.heartbeat import PHASE_CODE
 from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file

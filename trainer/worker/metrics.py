@@ -19,7 +19,7 @@ import time
 from bisect import bisect_left
 from typing import Any
 
-from kubeddp.trainer import __version__, constants
+from kubeddp.trainer import __version__, process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.worker.versions import RuntimeVersions, runtime_versions
 
@@ -45,7 +45,7 @@ INFO_LABELS = (
 
 
 def multiprocess_dir() -> str | None:
-    path = os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR)
+    path = os.environ.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR)
     return path if path and os.path.isdir(path) else None
 
 
@@ -192,7 +192,7 @@ class TrainingMetrics:
         if not self.enabled:
             return
         m = self.m = _Instruments()
-        source = os.environ.get(constants.ENV_RDZV_SOURCE, "standalone")
+        source = os.environ.get(process_contract.ENV_RDZV_SOURCE, "standalone")
         if versions is None:
             versions = runtime_versions(getattr(device, "type", "cpu"))
         m.info.labels(

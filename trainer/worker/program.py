@@ -25,9 +25,8 @@ import traceback
 from dataclasses import dataclass
 from typing import NoReturn
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.launcher import early_exit
 from kubeddp.trainer.worker import program_watch, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
@@ -68,10 +67,10 @@ def _log(message: str) -> None:
 
 
 def _preempt_grace_seconds() -> float:
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
 
     try:
-        cfg = resolved_config(os.environ)
+        cfg = process_contract.resolved_config(os.environ)
     except ConfigError as exc:
         _log(f"warning: {exc}")
         cfg = None
@@ -96,11 +95,11 @@ def _execute(program: Program) -> None:
 def run_program(program: Program) -> NoReturn:
     """Run the program in this process, then end the process with its exit code."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
-    if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
+    if os.environ.get(process_contract.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)
     stop_signal.install(_preempt_grace_seconds())
-    early_exit.note_start()
+    process_contract.note_start()
     program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
     try:
         _execute(program)
@@ -121,7 +120,7 @@ def run_program(program: Program) -> NoReturn:
     else:
         code = exit_codes.OK
     if code == exit_codes.OK:
-        early_exit.note_returned()  # a peer still running may fail because of it
+        process_contract.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
     _leave(code)

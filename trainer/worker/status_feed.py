@@ -15,48 +15,15 @@ pkg/apis/trainer/v1alpha1/trainjob_types.go `Metric`): values are formatted here
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import constants
+from kubeddp.trainer.process_contract import ENV_STATUS_FILE
 
 WRITE_EVERY_SECONDS = 1.0
-# Trainer v2.3.0 trainjob_types.go Metric / TrainerStatus: the CRD rejects longer or more.
-NAME_MAX = 64
-VALUE_MAX = 64
-METRICS_MAX = 256
-# What kubeddp fills from its own arguments; a script's extra metrics come after them.
-STANDARD_NAMES = ("step", "total_steps", "epoch", "total_epochs", "loss", "eval_loss")
-
-
-def format_value(value: object) -> str:
-    """A metric value as Trainer keeps it: a number (6 significant digits) or a short string;
-    ValueError for anything else."""
-    if hasattr(value, "item") and not isinstance(value, (int, float, str)):
-        value = value.item()  # a 0-d tensor or a numpy scalar
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a number or a string")
-    if isinstance(value, int):
-        text = str(value)
-    elif isinstance(value, float):
-        text = f"{value:.6g}" if math.isfinite(value) else str(value)
-    elif isinstance(value, str):
-        text = value
-    else:
-        raise ValueError(f"{value!r} is not a number or a string")
-    if not 1 <= len(text) <= VALUE_MAX:
-        raise ValueError(f"{text[:20]!r}... must be 1 to {VALUE_MAX} characters")
-    return text
-
-
-def check_name(name: object) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX:
-        raise ValueError(f"metric name {name!r} must be a string of 1 to {NAME_MAX} characters")
-    return name
 
 
 class StatusFeed:
@@ -144,19 +111,10 @@ class StatusFeed:
             tmp.unlink(missing_ok=True)
 
 
-def read_snapshot(path: str | Path) -> dict[str, Any] | None:
-    """The latest record in `path`; None when there is none (yet) or it cannot be read."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def for_rank(rank: int, env: Mapping[str, str] | None = None) -> StatusFeed | None:
     """The feed of global rank 0 under a launch that posts progress, else None."""
     env = os.environ if env is None else env
-    path = env.get(constants.ENV_STATUS_FILE)
+    path = env.get(ENV_STATUS_FILE)
     if not path or rank != 0:
         return None
     return StatusFeed(path)
