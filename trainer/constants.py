@@ -63,11 +63,14 @@ ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the k
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
+# How often launch posts a TrainJob's progress to Kubeflow Trainer (seconds; Trainer asks
+# for >= 5): trainer/launcher/trainjob_status.py
+ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
-    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",
+    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
 )  # fmt: skip
 # Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"

@@ -12,7 +12,9 @@ other's for it (tests/lint/test_process_contract.py):
 - the stall watch's handshake with a stalled rank: STACKS_SIGNAL makes the rank's faulthandler
   append its stacks to `rank-N.stacks`; one byte into the FIFO `rank-N.fr-request` makes it
   write its flight recorder to `rank-N.fr.json` (worker/flight_recorder.py answers);
-- the early-exit marker a worker of a user's program leaves when it returns 0.
+- the early-exit marker a worker of a user's program leaves when it returns 0;
+- rank 0's progress record for a TrainJob's status (worker/status_feed.py writes it,
+  launcher/trainjob_status.py posts it to Kubeflow Trainer).
 
 Files live in the directories launch names in the environment; every name here is part of the
 contract, so changing one changes both sides at once.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import struct
@@ -29,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kubeddp.trainer.config import Config
@@ -45,6 +48,7 @@ ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"  # where a worker of a program notes that 
 ENV_DIAG_DIR = "KUBEDDP_DIAG_DIR"  # the ranks' heartbeat records (no diagnostics: unset)
 # prometheus_client's own variable: the workers' metric files, which launch serves merged
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
 ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's: its flight recorder is on (stall watch)
 
 
@@ -276,3 +280,48 @@ def returned_before(folder: Path, failed_at: float) -> list[int]:
         if when <= failed_at + 1:
             ranks.append(int(path.name[len(_EXITED_MARK) :]))
     return sorted(ranks)
+
+
+# ---- Rank 0's progress record for a TrainJob's status ---------------------------------------
+STATUS_DIR_PREFIX = "kubeddp-status-"  # the record's folder, one per launch, under the scratch dir
+# Trainer v2.3.0 trainjob_types.go Metric / TrainerStatus: the CRD rejects longer or more.
+NAME_MAX = 64
+VALUE_MAX = 64
+METRICS_MAX = 256
+# What kubeddp fills from its own arguments; a script's extra metrics come after them.
+STANDARD_NAMES = ("step", "total_steps", "epoch", "total_epochs", "loss", "eval_loss")
+
+
+def format_value(value: object) -> str:
+    """A metric value as Trainer keeps it: a number (6 significant digits) or a short string;
+    ValueError for anything else."""
+    if hasattr(value, "item") and not isinstance(value, (int, float, str)):
+        value = value.item()  # a 0-d tensor or a numpy scalar
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number or a string")
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        text = f"{value:.6g}" if math.isfinite(value) else str(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise ValueError(f"{value!r} is not a number or a string")
+    if not 1 <= len(text) <= VALUE_MAX:
+        raise ValueError(f"{text[:20]!r}... must be 1 to {VALUE_MAX} characters")
+    return text
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX:
+        raise ValueError(f"metric name {name!r} must be a string of 1 to {NAME_MAX} characters")
+    return name
+
+
+def read_snapshot(path: str | Path) -> dict[str, Any] | None:
+    """The latest record in `path`; None when there is none (yet) or it cannot be read."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

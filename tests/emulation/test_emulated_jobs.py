@@ -216,21 +216,47 @@ def test_elastic_store_host_killed_and_recreated_resumes(cluster: EmulatedCluste
     assert done and float(done[-1][0]) < float(done[-1][1]), f"loss did not fall: {done}"
 
 
+def trainer_progress(cluster: EmulatedCluster) -> int:
+    """The TrainJob's status.trainerStatus.progressPercentage as the emulated API serves it
+    (-1 before any)."""
+    return cluster.job_object()["status"].get("trainerStatus", {}).get("progressPercentage", -1)
+
+
 @pytest.mark.timeout(JOB_SECONDS + 60)
-def test_trainjob_two_nodes(cluster: EmulatedCluster) -> None:
+def test_trainjob_two_nodes_shows_its_progress_in_its_status(cluster_factory) -> None:
     """Trainer would start one process per requested CPU without numProcPerNode: kubeddp sets
-    it, so 3 CPUs per node still mean the one worker per node asked for."""
-    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY)
+    it, so 3 CPUs per node still mean the one worker per node asked for. The controller has its
+    TrainJobStatus gate on: the pod of rank 0 posts progress to its status server through the
+    Service name, with the projected token and CA, and the TrainJob's status.trainerStatus
+    climbs while the job trains."""
+    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY, *LONGER,
+                  *slow_steps(40), "--env", "KUBEDDP_TRAINER_STATUS_SECONDS=1")  # fmt: skip
     assert [p.name for p in plan.pods] == ["tj-node-0-0", "tj-node-0-1"]
     assert "tj-node-0-0.tj" in plan.pods[0].dns_names
     # kubeddp's own TrainingRuntime: pods Never, backoffLimit 3, a JobSet failurePolicy
     assert plan.restart_policy == {"node": "Never"} and plan.backoff_limit == 3
     assert plan.jobset_failure_policy is not None
+    cluster = cluster_factory(trainjob_status=True)
     cluster.start(plan)
+
+    def under_way() -> int:
+        progress = trainer_progress(cluster)
+        return progress if 0 < progress < 100 else 0
+
+    first = cluster.run_until(under_way, JOB_SECONDS, "progress under way in the TrainJob's status")
+    assert isinstance(first, int)
+    cluster.run_until(lambda: trainer_progress(cluster) > first, JOB_SECONDS, "more progress")
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
     assert "rendezvous: trainjob, nodes 2, 1 workers/node" in cluster.logs("tj-node-0-1")
     assert_trained(cluster, world_size=2)
+    final = cluster.job_object()["status"]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
+    metrics = {m["name"]: m["value"] for m in final["metrics"]}
+    assert metrics["step"] == metrics["total_steps"] == "80", metrics
+    server = cluster.status_server
+    assert server is not None and server.requests
+    assert {(r.answered, r.pod) for r in server.requests} == {(200, "tj-node-0-0")}, "rank 0's pod"
 
 
 @pytest.mark.timeout(JOB_SECONDS + 60)

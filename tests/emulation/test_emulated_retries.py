@@ -49,9 +49,9 @@ def kubeddp_status(cluster: EmulatedCluster, kind: str, resource: str, name: str
     """`kubeddp status` against an API server that serves the emulated job and its pods."""
     ns = fake_api.NAMESPACE
     with fake_api.running() as api:
-        conditions = cluster.job_conditions()
-        job = {"kind": kind, "apiVersion": resource.removeprefix("/apis/"),
-               "metadata": {"name": name}, "status": {"conditions": conditions}}  # fmt: skip
+        # what the emulated controllers record: conditions (and a TrainJob's trainerStatus)
+        job = {**cluster.job_object(), "apiVersion": resource.removeprefix("/apis/")}
+        assert (job["kind"], job["metadata"]["name"]) == (kind, name)
         pods = {"kind": "PodList", "apiVersion": "v1", "items": cluster.pod_objects()}
         api.route("GET", f"{resource}/namespaces/{ns}/{kind.lower()}s/{name}", 200, job)
         api.route("GET", f"/api/v1/namespaces/{ns}/pods", 200, pods)

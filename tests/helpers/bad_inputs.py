@@ -262,6 +262,10 @@ def env_rows() -> list[Row]:
             Row(f"env-rdzv-wait-{value}", ("launch",), BAD_INPUT, ("KUBEDDP_RDZV_WAIT_SECONDS",),
                 env=env)
         )  # fmt: skip
+    for value in ("0.1", "nan", "soon"):  # refused before any wait or process, Trainer or not
+        env = {**wait_env, "KUBEDDP_TRAINER_STATUS_SECONDS": value}
+        rows.append(Row(f"env-trainer-status-seconds-{value}", ("launch",), BAD_INPUT,
+                        ("KUBEDDP_TRAINER_STATUS_SECONDS", ">= 1"), env=env))  # fmt: skip
     return rows
 
 

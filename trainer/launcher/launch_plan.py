@@ -23,6 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     parse_config_options,
 )
+from kubeddp.trainer.launcher import trainjob_status
 from kubeddp.trainer.launcher.agent import WORKER_MODULE
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
@@ -181,6 +182,7 @@ def preflight(
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
+    trainjob_status.check_env(env)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
-from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run
+from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run, trainjob_status
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (
@@ -142,6 +142,7 @@ def _run_pod(
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
     watch = start_diagnostics(cfg.diagnostics, cfg.checkpoint.dir, metrics, _log)
+    status = trainjob_status.start_for_launch(os.environ, _log)  # TrainJob progress
     try:
         if end_signals.pending_code() is not None:  # a signal that torch's imports swallowed
             raise end_signals.Terminated(end_signals.RECEIVED[0])
@@ -154,6 +155,8 @@ def _run_pod(
             raise
         outcome = Outcome(signalled, reason=f"stopped by a signal: exit code {signalled}")
     finally:
+        if status is not None:
+            status.stop()
         outcome = _stop_watching(watch, metrics, outcome)
     return _ended(budget, outcome)
 

@@ -53,6 +53,7 @@ from kubeddp.trainer.worker.preemption import (
 from kubeddp.trainer.worker.progress import Progress
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 from kubeddp.trainer.worker.schedule import build_optimizer, build_scheduler
+from kubeddp.trainer.worker.status_feed import for_rank as status_feed_for_rank
 from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
 from kubeddp.trainer.worker.versions import runtime_versions
 from kubeddp.trainer.workloads import build_workload
@@ -104,6 +105,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         tokens = self.workload.tokens_per_sample
         self.progress = Progress(ctx.is_main, t.log_every, tokens)
+        self.status = status_feed_for_rank(ctx.rank)  # a TrainJob's status, on rank 0
         self.versions = runtime_versions(ctx.device.type)
         self.metrics = TrainingMetrics(
             cfg.metrics,
@@ -171,6 +173,7 @@ class Trainer:
             self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
             self.checkpoints.save(self.state, blocking=True, final=True)
+            self._feed_status(None, final=True)
         t = self.cfg.train
         last = self.losses.last
         self._settle_first_loss()
@@ -282,8 +285,28 @@ class Trainer:
         )
         first = self.progress.first_step_seconds is None
         self.progress.step(s.step, s.epoch, lr, samples * ctx.world_size, loss_value)
+        self._feed_status(loss_value)
         if first:
             self._log_first_step()
+
+    def _feed_status(self, loss: float | None, final: bool = False) -> None:
+        """Rank 0's progress for the TrainJob's status (status_feed.py); the epochs' total
+        only when they, not train.max_steps, end the run."""
+        if self.status is None:
+            return
+        s, t = self.state, self.cfg.train
+        by_max_steps = bool(t.max_steps) and self.total_steps == t.max_steps
+        self.status.update(
+            s.step,
+            total_steps=self.total_steps,
+            epoch=s.epoch,
+            total_epochs=None if by_max_steps else t.epochs,
+            loss=loss,
+            eval_loss=self.evaluator.val_loss,
+            eta_seconds=self.progress.eta_seconds(s.step),
+        )
+        if final:
+            self.status.flush()
 
     def _micro_step(self, batch: Any, micro_steps: int, sync: bool) -> torch.Tensor:
         """Forward and backward of one micro-batch; its loss, detached, still on the device."""
