@@ -50,21 +50,29 @@ keeperResources:
   requests:
     cpu: 100m
     memory: 256Mi
-checkpointDirReserved:
-  - /dev/shm
-  - /etc/kubeddp
-  - /tmp
-  - /opt/venv
-  - /usr
-  - /bin
-  - /sbin
-  - /lib
-  - /lib64
-  - /etc/passwd
-  - /etc/group
-  - /proc
-  - /sys
-  - /dev
+storage:
+  objectStores:
+    s3: S3-compatible object storage (credentials from the pod's env, e.g. --env-from secret:NAME, or its cloud role; the image needs kubeddp[s3])
+  podDir: /checkpoints
+  volumeDir: ^(/[A-Za-z0-9._@+-]+)+$
+  reserved:
+    - /dev/shm
+    - /etc/kubeddp
+    - /tmp
+    - /opt/venv
+    - /usr
+    - /bin
+    - /sbin
+    - /lib
+    - /lib64
+    - /etc/passwd
+    - /etc/group
+    - /proc
+    - /sys
+    - /dev
+  keeper: keeper
+  mount: mount
+  emptyDir: emptyDir
 cpuNprocEnv: KUBEDDP_CPU_NPROC
 downwardEnv:
   POD_NAME: metadata.name

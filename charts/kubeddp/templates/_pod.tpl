@@ -45,10 +45,10 @@ annotations:
 {{- if include "kubeddp.checkpointClaimMounted" . }}
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
-{{- else if eq (include "kubeddp.checkpointStorage" .) "keeper" }}
+{{- else if include "kubeddp.checkpointKeeper" . }}
   emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
-{{- else if eq (include "kubeddp.checkpointStorage" .) "s3" }}
-  emptyDir: {}  # checkpoint.dir is s3://: scratch space only
+{{- else if include "kubeddp.objectStore" . }}
+  emptyDir: {}  # checkpoint.dir is in object storage: scratch space only
 {{- else }}
   emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
