@@ -66,7 +66,7 @@ RUNTIME = TRAINING_RUNTIME.kind  # the runtime kubeddp renders (trainJob.ownRunt
 RUNTIME_DECIDES = ("spec.automountServiceAccountToken",)
 
 
-def _pod_field(field: str) -> Lands | Refused:
+def pod_field_takes(field: str) -> Lands | Refused:
     """A pod field's value lands in the TrainJob when its CRD lets it set the field."""
     return Lands((JOB,)) if field in trainjob_fields.admitted() else Refused(NO_RUNTIME_PATCH)
 
@@ -75,7 +75,7 @@ def _pod_field(field: str) -> Lands | Refused:
 TAKES: Takes = {
     **values.common(JOB, JOB, (values.CONFIG_MAP, values.CLAIM, JOB, RUNTIME)),
     **values.ONLY_FOR_PYTORCHJOB,
-    **{path: _pod_field(field) for path, field in values.POD_FIELDS.items()},
+    **{path: pod_field_takes(field) for path, field in values.POD_FIELDS.items()},
     "nprocPerNode": Lands((JOB,)),
     "backoffLimit": Lands((RUNTIME,)),
     "trainJob.ownRuntime": Lands((JOB, RUNTIME)),
