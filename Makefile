@@ -83,12 +83,12 @@ bench-gpu: setup
 	mkdir -p bench-results
 	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
-# Generated from the Python definitions: the chart's values.yaml, values.schema.json,
-# templates/_constants.tpl and README values table, docs/config-reference.md, and the
-# validation schemas in tools/schemas.
+# Generated from the Python definitions: the validation schemas in tools/schemas (first: the
+# TrainJob's pod split in _constants.tpl is read from its CRD there), the chart's values.yaml,
+# values.schema.json, templates/_constants.tpl and README values table, docs/config-reference.md.
 chart: setup
-	$(BIN)/python -m kubeddp.tools.chart.generate
 	$(BIN)/python -m kubeddp.tools.gen_schemas
+	$(BIN)/python -m kubeddp.tools.chart.generate
 
 # k8s/ is rendered from the chart.
 k8s: chart

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from kubeddp.trainer import yaml_io
+from kubeddp.trainer import storage_rules, yaml_io
 from kubeddp.trainer.constants import METRICS_PORT
 
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
@@ -252,8 +252,9 @@ class DDPConfig:
 class CheckpointConfig:
     dir: str = setting(
         "checkpoints",
-        "where checkpoints go (`/checkpoints` in pods): a directory of their own, or "
-        "`s3://bucket/prefix`",
+        f"where checkpoints go (`{storage_rules.POD_DIR}` in pods): a directory of their own, "
+        "or "
+        + " or ".join(f"`{scheme}://bucket/prefix`" for scheme in storage_rules.OBJECT_STORES),
     )
     every_steps: int = setting(
         0,

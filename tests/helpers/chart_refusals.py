@@ -354,6 +354,12 @@ FAIL_RULES = {
         "demo",
         r"`config.checkpoint.dir` /data/ck lies on the volume data mounted at /data",
     ),
+    "an object store's scheme without its //": (
+        {"config": {"checkpoint": {"dir": "S3:/bkt/run"}}},
+        "demo",
+        r'`config.checkpoint.dir` "S3:/bkt/run" names object storage \(s3\) but does not start '
+        r"with s3://: write s3://BUCKET/PREFIX",
+    ),
     "a claim setting with s3 checkpoints": (
         {"config": {"checkpoint": {"dir": "s3://bkt/run"}}, "checkpoints": {"size": "5Gi"}},
         "demo",

@@ -13,7 +13,9 @@ import pytest
 
 from kubeddp.tools.chart.render import RenderError, render_documents
 from kubeddp.tools.helm_engine import merge_values
-from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused
+from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused, trainjob_fields
+from kubeddp.tools.kinds.trainjob import RUNTIME_DECIDES
+from kubeddp.tools.kinds.values import POD_FIELDS
 from tests.helpers.kind_samples import SAMPLES, SETTABLE, untabled
 
 pytestmark = pytest.mark.timeout(300)
@@ -76,3 +78,35 @@ def test_each_value_lands_or_is_refused(kind: JobKind, path: str) -> None:
     assert isinstance(how, Lands)
     missing = set(how.objects) - changed
     assert not missing, f"{path} set for {kind.chart_kind} does not reach {sorted(missing)}"
+
+
+def pod_fields(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template's fields as POD_FIELDS names them: metadata.X, spec.X, container.X."""
+    spec = dict(template["spec"])
+    (container,) = spec.pop("containers")
+    parts = {"metadata": template["metadata"], "spec": spec, "container": container}
+    return {
+        f"{part}.{key}": value for part, fields in parts.items() for key, value in fields.items()
+    }
+
+
+def changed_pod_fields(path: str) -> set[str]:
+    """The pod fields the value's sample changes in the Indexed Job, which writes the pod of
+    templates/_pod.tpl whole (no operator takes a part of it)."""
+    kind, sample = KINDS["indexedjob"], SAMPLES[path]
+    got, context = (
+        pod_fields(objects(kind, values)["Job"]["spec"]["template"])
+        for values in (sample, _without(sample, path))
+    )
+    return {field for field in set(got) | set(context) if got.get(field) != context.get(field)}
+
+
+@pytest.mark.parametrize("path", list(POD_FIELDS))
+def test_a_pod_field_is_carried_where_its_table_says(path: str) -> None:
+    """POD_FIELDS names the field that carries each value, and a TrainJob (whose CRD admits some
+    pod fields only) refuses the value or carries every field it writes: none is dropped."""
+    changed = changed_pod_fields(path)
+    assert POD_FIELDS[path] in changed, f"{path} writes {sorted(changed)}"
+    if isinstance(KINDS["trainjob"].takes[path], Lands):
+        dropped = changed - trainjob_fields.admitted() - set(RUNTIME_DECIDES)
+        assert dropped == set(), f"a TrainJob would drop {path}'s {sorted(dropped)}"

@@ -6,6 +6,7 @@ name every metric, checkpoint part, exit code, job kind or command), never a pin
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import re
@@ -15,9 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kubeddp.tools.chart.values import BY_PATH, FLAGS
+from kubeddp.tools.chart.values import BY_PATH, FLAGS, VALUES
 from kubeddp.tools.cli import build_parser
-from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.kinds import KINDS, Lands, Refused
+from kubeddp.tools.kinds.trainjob import JOB as TRAINJOB
+from kubeddp.tools.kinds.trainjob import pod_field_takes
+from kubeddp.tools.kinds.values import POD_FIELDS
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import WorkloadConfig, load_config, workload_names
 from kubeddp.trainer.worker.checkpoint import parts as checkpoint_parts
@@ -65,13 +69,52 @@ def recipe_files(title: str) -> list[str]:
     return re.findall(r"^- `([^`]+)`", section, re.M)
 
 
-def test_a_pod_field_with_an_option_is_four_hand_edited_files() -> None:
-    assert recipe_files("Add a chart value or pod field") == [
-        "tools/chart/values.py",
-        "charts/kubeddp/templates/_pod.tpl",
-        "tools/kinds/values.py",
-        "tests/helpers/kind_samples.py",
+def _assigned(node: ast.stmt) -> set[str]:
+    """The names a module-level statement assigns."""
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {target.id for target in targets if isinstance(target, ast.Name)}
+
+
+def defined_in(name: str, value: object) -> str:
+    """The repository file whose module assigns `value` to `name` (not one that imports it)."""
+    found = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or getattr(module, name, None) is not value:
+            continue
+        if any(name in _assigned(node) for node in ast.parse(Path(path).read_text()).body):
+            found.add(Path(path).resolve().relative_to(REPO).as_posix())
+    assert len(found) == 1, (name, found)
+    return found.pop()
+
+
+def template_defining(name: str) -> str:
+    templates = REPO / "charts" / "kubeddp" / "templates"
+    (path,) = [p for p in templates.glob("_*.tpl") if f'define "{name}"' in p.read_text()]
+    return path.relative_to(REPO).as_posix()
+
+
+def test_the_pod_field_recipe_names_the_files_a_pod_field_touches() -> None:
+    """Derived from where the checks' tables live: the chart's values, the one pod writer, the
+    pod fields (which every kind's table takes from) and the samples every value is set with."""
+    files = [
+        defined_in("VALUES", VALUES),
+        template_defining("kubeddp.podTemplate"),
+        defined_in("POD_FIELDS", POD_FIELDS),
+        defined_in("SAMPLES", SAMPLES),
     ]
+    assert recipe_files("Add a chart value or pod field") == files
+
+
+@pytest.mark.parametrize("kind", KINDS.values(), ids=lambda kind: kind.name)
+def test_no_kind_needs_its_own_entry_for_a_pod_field(kind) -> None:
+    """Every kind takes POD_FIELDS as they are; a TrainJob lands or refuses each by its CRD,
+    so a field kubeddp does not write yet needs no TrainJob entry either."""
+    for path, field in POD_FIELDS.items():
+        expected = type(pod_field_takes(field)) if kind.name == "trainjob" else Lands
+        assert type(kind.takes[path]) is expected, (kind.name, path)
+    assert pod_field_takes("spec.schedulingGates") == Lands((TRAINJOB,))  # the CRD admits it
+    assert isinstance(pod_field_takes("spec.dnsPolicy"), Refused)  # runtimePatches cannot set it
 
 
 def test_an_option_without_its_sample_is_caught() -> None:

@@ -31,7 +31,7 @@ from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 from kubeddp.trainer.config import config_fields, default_of, range_text
 
 CHART = Path("charts") / "kubeddp"
@@ -296,10 +296,8 @@ def chart_constants() -> dict[str, Any]:
         "programInCheckpointDirEnv": trainer.ENV_PROGRAM_IN_CHECKPOINT_DIR,
         "keeperCommand": [*names.IMAGE_ENTRYPOINT[:-1], "keeper"],
         "keeperResources": names.KEEPER_RESOURCES,
-        # where checkpoint.dir may not be (nor above): kubeddp's other mounts, the image's paths
-        "checkpointDirReserved": [
-            p for p in names.RESERVED_MOUNT_PATHS if p != trainer.CHECKPOINT_DIR
-        ],
+        # where checkpoints live: the rules the trainer reads too (templates/_storage.tpl)
+        "storage": storage_rules.constants_for_chart(),
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,
         # name -> fieldPath: the pod and node a diagnostics report names
         "downwardEnv": dict(trainer.DOWNWARD_ENV),

@@ -40,7 +40,7 @@ from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
 from kubeddp.tools.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
 from kubeddp.tools.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 from kubeddp.trainer.config import config_json_schema
 
 PROGRAM_ARGS = "-- ARGS"  # the name of what follows `--` in render's errors
@@ -53,7 +53,7 @@ DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
-CHECKPOINT_STORAGE = ("keeper", "mount")  # checkpoints.storage; see its doc
+CHECKPOINT_STORAGE = storage_rules.CLAIM_STORAGES  # checkpoints.storage; see its doc
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
 

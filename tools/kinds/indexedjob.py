@@ -34,15 +34,7 @@ TAKES: Takes = {
     **values.ONLY_FOR_PYTORCHJOB,
     **{
         path: Lands((JOB,))
-        for path in (
-            "image.pullPolicy",
-            "nprocPerNode",
-            "restartPolicy",
-            "backoffLimit",
-            "ttlSecondsAfterFinished",
-            "envFrom",
-            "priorityClassName",
-        )
+        for path in ("nprocPerNode", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     },
     **values.ONLY_FOR_TRAINJOB,
 }

@@ -45,13 +45,10 @@ RESOURCE_KIND = "PyTorchJob"  # its pods are in its replica specs
 TAKES: Takes = {
     **values.common(RESOURCE_KIND, RESOURCE_KIND, (values.CONFIG_MAP, values.CLAIM, RESOURCE_KIND)),
     **{path: Lands((RESOURCE_KIND,)) for path in values.ONLY_FOR_PYTORCHJOB},
-    "image.pullPolicy": Lands((RESOURCE_KIND,)),
     "nprocPerNode": Lands((RESOURCE_KIND,)),
     "restartPolicy": Lands((RESOURCE_KIND,)),
     "backoffLimit": Lands((RESOURCE_KIND,)),
     "ttlSecondsAfterFinished": Lands((RESOURCE_KIND,)),
-    "envFrom": Lands((RESOURCE_KIND,)),
-    "priorityClassName": Lands((RESOURCE_KIND,)),
     **values.ONLY_FOR_TRAINJOB,
 }
 

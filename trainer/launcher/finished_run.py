@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kubeddp.trainer import storage_rules
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
 
 # An underscore cannot be in a hostname, so no pod's own budget record has this name.
@@ -40,7 +41,9 @@ def run_identity(config: Mapping[str, Any], program: str, nnodes: str, nproc: in
 
 
 def _path(checkpoint_dir: str) -> Path | None:
-    return None if "://" in checkpoint_dir else Path(checkpoint_dir) / RECORD_DIR / RECORD_NAME
+    if not storage_rules.is_directory(checkpoint_dir):
+        return None
+    return Path(checkpoint_dir) / RECORD_DIR / RECORD_NAME
 
 
 def record_finished(checkpoint_dir: str, identity: str) -> None:

@@ -25,7 +25,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 
 RECORD_DIR = ".kubeddp-retries"
 # The kubelet mounts a file here (the container's terminationMessagePath, this by default) and
@@ -80,7 +80,7 @@ class RetryBudget:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.pod = pod or socket.gethostname() or "pod"
         self.path = self.checkpoint_dir / RECORD_DIR / f"{self.pod}.json"
-        self.enabled = limit > 0 and "://" not in checkpoint_dir  # object storage: no record
+        self.enabled = limit > 0 and storage_rules.is_directory(checkpoint_dir)
         self.record = RetryRecord()
 
     def _load(self) -> RetryRecord | None:

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, storage_rules
 from kubeddp.trainer.common import this_pod
 from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import scratch
@@ -65,7 +65,7 @@ def report_dir(settings: DiagnosticsConfig, checkpoint_dir: str) -> Path | None:
     without a report_dir (the report is then in the log only)."""
     if settings.report_dir:
         return Path(settings.report_dir)
-    if "://" in checkpoint_dir:
+    if not storage_rules.is_directory(checkpoint_dir):
         return None
     return Path(checkpoint_dir) / ".kubeddp-diagnostics"
 

@@ -50,21 +50,29 @@ keeperResources:
   requests:
     cpu: 100m
     memory: 256Mi
-checkpointDirReserved:
-  - /dev/shm
-  - /etc/kubeddp
-  - /tmp
-  - /opt/venv
-  - /usr
-  - /bin
-  - /sbin
-  - /lib
-  - /lib64
-  - /etc/passwd
-  - /etc/group
-  - /proc
-  - /sys
-  - /dev
+storage:
+  objectStores:
+    s3: S3-compatible object storage (credentials from the pod's env, e.g. --env-from secret:NAME, or its cloud role; the image needs kubeddp[s3])
+  podDir: /checkpoints
+  volumeDir: ^(/[A-Za-z0-9._@+-]+)+$
+  reserved:
+    - /dev/shm
+    - /etc/kubeddp
+    - /tmp
+    - /opt/venv
+    - /usr
+    - /bin
+    - /sbin
+    - /lib
+    - /lib64
+    - /etc/passwd
+    - /etc/group
+    - /proc
+    - /sys
+    - /dev
+  keeper: keeper
+  mount: mount
+  emptyDir: emptyDir
 cpuNprocEnv: KUBEDDP_CPU_NPROC
 downwardEnv:
   POD_NAME: metadata.name
@@ -137,21 +145,48 @@ kinds:
     nprocWords:
       - auto
     unsupported:
+      image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
+      envFrom: Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use --env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob
+      priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       elastic.enabled: its node count is fixed; use kind PyTorchJob for an elastic job
       gang.scheduler: use `kueue.queueName` to admit the job as a whole
       cleanPodPolicy: it is a PyTorchJob field; leave it null
       pytorchJob.masterReplica: it is a PyTorchJob replica; leave it false
       restartPolicy: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
       ttlSecondsAfterFinished: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
-      priorityClassName: Trainer v2.3 runtimePatches have no such field; set it in the ClusterTrainingRuntime, or use kind PyTorchJob
-      image.pullPolicy: 'Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set it): the runtime''s container decides; leave it unset'
-      envFrom: Trainer v2.3 has no envFrom (neither spec.trainer nor runtimePatches); use --env-secret VAR=SECRET:KEY (extraEnv valueFrom a Secret key), or kind PyTorchJob
     replicatedJob: node
     runtimePatchManager: kubeddp.io/render
     runtimeApiGroup: trainer.kubeflow.org
     runtimeKind: TrainingRuntime
     ancestorLabel: trainer.kubeflow.org/trainjob-ancestor-step
     fatalJobSetRule: fatalExitCode
+    podSplit:
+      metadata:
+        - annotations
+        - finalizers
+        - labels
+        - name
+        - namespace
+      spec:
+        - affinity
+        - imagePullSecrets
+        - initContainers
+        - nodeSelector
+        - schedulingGates
+        - securityContext
+        - serviceAccountName
+        - terminationGracePeriodSeconds
+        - tolerations
+        - volumes
+      container:
+        - securityContext
+        - volumeMounts
+      trainer:
+        args: args
+        command: command
+        env: env
+        image: image
+        resources: resourcesPerNode
   IndexedJob:
     apiVersion: batch/v1
     resourceKind: Job

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer import exit_codes, storage_rules, yaml_io
 from kubeddp.trainer.config import CheckpointConfig
 from kubeddp.trainer.worker.checkpoint import safety
 from kubeddp.trainer.worker.checkpoint.backends import storage_for
@@ -284,7 +284,8 @@ class CheckpointManager:
             self._apart_pending = True
             return None
         where, step = found_at
-        ref = CheckpointRef(where if where.startswith("s3://") else Path(where), step, source)
+        local = storage_rules.is_directory(where)
+        ref = CheckpointRef(Path(where) if local else where, step, source)
         try:
             state: dict[str, Any] | None = loaded or load_state(ref)
         except Exception:  # noqa: BLE001 - this pod cannot see rank 0's disk; rank 0 sends it
