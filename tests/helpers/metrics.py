@@ -30,3 +30,19 @@ def exported_families(directory: Path) -> list[Metric]:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", RECORD_ONE_STEP], env=env, check=True, timeout=60)
     return list(MultiProcessCollector.merge(glob.glob(os.path.join(directory, "*.db"))))
+
+
+def exposition(directory: Path, record: str) -> str:
+    """The /metrics text a pod's launch serves once a worker has run `record` (Python that
+    makes `TrainingMetrics` and reports with it) into its multiprocess files."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kubeddp.trainer.worker.metrics import tolerant_collector
+
+    directory.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(record)], env=env, check=True,
+                   timeout=60)  # fmt: skip
+    registry = CollectorRegistry()
+    tolerant_collector(registry, str(directory))  # as trainer/launcher/metrics_server.py
+    return generate_latest(registry).decode()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.cli import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
+from kubeddp.tools.client_errors import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
 from kubeddp.tools.kubectl_proxy import KUBECTL_ENV
 
 REPO = Path(__file__).resolve().parents[2]
