@@ -16,7 +16,6 @@ from kubeddp.trainer import __version__, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
-SCHEMA_SOURCES = ("auto", "cluster", "offline")
 DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 
 
@@ -87,10 +86,12 @@ def _dispatch(argv: list[str]) -> int:
     try:
         return args.handler(args)
     except KubeddpError as exc:
+        from kubeddp.tools.output import say
+
         for line in exc.done:  # what it did before it failed (created, deleted)
             print(line)
         for line in exc.cli_lines():
-            print(line, file=sys.stderr)
+            say(line)
         return exc.exit_code
 
 
@@ -220,6 +221,8 @@ def cmd_check(argv: list[str]) -> int:
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
+    from kubeddp.tools.client import SCHEMA_SOURCES
+
     parser.add_argument(
         "--validate-against",
         choices=SCHEMA_SOURCES,
