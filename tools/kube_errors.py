@@ -7,9 +7,15 @@ from kubeddp.trainer import exit_codes
 
 
 class KubeError(RuntimeError):
-    """A cluster operation failed; the message is one line with the fix."""
+    """A cluster operation failed; the message is one line with the fix. `status`: the API
+    server's HTTP status when it answered with an error (404: the object or its API is not
+    there), else None."""
 
     exit_code = exit_codes.CLUSTER_ERROR
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class KubeInputError(KubeError):
@@ -20,8 +26,8 @@ class KubeInputError(KubeError):
 
 
 class HttpStatusError(Exception):
-    """The API server answered with an error status: what `kube.explain` reads (the same
-    attributes as the client's ApiException, so both transports are explained alike)."""
+    """The API server answered with an error status: what `kube.explain` reads (status, reason
+    and the body, so both transports are explained alike)."""
 
     def __init__(self, status: int, reason: str, body: str | bytes | None) -> None:
         super().__init__(f"{status} {reason}")

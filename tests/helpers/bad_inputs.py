@@ -291,7 +291,7 @@ def option_rows() -> list[Row]:
                         ("--interval",), api="ok", api_untouched=True))  # fmt: skip
     rows.append(Row("logs-tail-negative", ("logs", "demo", "--tail", "-1"), 2, ("--tail",),
                     api="ok", api_untouched=True))  # fmt: skip
-    for value in ("0", "nan", "1.5"):
+    for value in ("0", "nan", "0.5s", "30x"):  # durations of 1 s or more are taken
         rows.append(Row(f"request-timeout-{value}", ("status", "demo", "--request-timeout", value),
                         2, ("--request-timeout",), api="ok", api_untouched=True))  # fmt: skip
     rows.append(Row("worker-flag-after-dash", ("launch", "--", "--sett", "x"), 2, ("--sett",)))

@@ -1,7 +1,8 @@
 """A stand-in Kubernetes API server for the cluster commands: a real HTTP server on 127.0.0.1 in
 a thread of the test process. Routes map (method, path) to (status, body); every request is
-recorded. `misbehave` makes every answer go wrong the ways a broken cluster, a proxy or a
-wrong URL do: hang, HTML, a 500 page, a reset connection, JSON that is not an object.
+recorded; a route's body may be a `Streamed` answer (a followed log). `misbehave` makes every
+answer go wrong the ways a broken cluster, a proxy or a wrong URL do: hang, HTML, a 500 page,
+a reset connection, JSON that is not an object.
 With `tls_folder` it serves HTTPS with a certificate for 127.0.0.1 made for the test (kubectl
 sends a kubeconfig's bearer token only over TLS)."""
 
@@ -12,6 +13,8 @@ import contextlib
 import datetime
 import ipaddress
 import json
+import queue
+import select
 import socket
 import ssl
 import struct
@@ -65,6 +68,24 @@ def status_body(code: int, reason: str, message: str, details: dict | None = Non
     }
 
 
+class Streamed:
+    """An answer written as it comes, like a followed pod log: what `put()` gets goes out at
+    once; `end()` ends the answer (the container ended). `ended` is set once the server has
+    stopped writing it (ended, or the reader closed the connection)."""
+
+    def __init__(self, first: str = "") -> None:
+        self.chunks: queue.Queue[bytes | None] = queue.Queue()
+        self.ended = threading.Event()
+        if first:
+            self.put(first)
+
+    def put(self, text: str | bytes) -> None:
+        self.chunks.put(text.encode() if isinstance(text, str) else text)
+
+    def end(self) -> None:
+        self.chunks.put(None)
+
+
 class FakeApiServer:
     """Routes (method, path) -> (status, body); records every request."""
 
@@ -104,8 +125,13 @@ class FakeApiServer:
                     body = self._usual_answer(body_sent)
                 if callable(body):
                     body = body()
+                if isinstance(body, Streamed):
+                    self._stream(status, body)
+                    return
                 if isinstance(body, (dict, list)):
                     data, ctype = json.dumps(body).encode(), "application/json"
+                elif isinstance(body, bytes):  # as they are (a log's raw bytes)
+                    data, ctype = body, "text/plain"
                 else:
                     data, ctype = str(body).encode(), "text/plain"
                 self._answer(status, ctype, data)
@@ -124,6 +150,38 @@ class FakeApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, status: int, body: Streamed) -> None:
+                """Each chunk as it is put, until end() (no length: the close ends it)."""
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.flush()
+                while not fake.release.is_set():
+                    try:
+                        chunk = body.chunks.get(timeout=0.05)
+                    except queue.Empty:
+                        if self._reader_gone():
+                            break
+                        continue
+                    if chunk is None:
+                        break
+                    try:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                    except OSError:  # the reader went away (kubeddp closed the stream)
+                        break
+                body.ended.set()
+                self.close_connection = True
+
+            def _reader_gone(self) -> bool:
+                """The client closed the connection (it sends nothing more after a GET)."""
+                if not select.select([self.connection], [], [], 0)[0]:
+                    return False
+                try:
+                    return self.connection.recv(1) == b""
+                except (OSError, ValueError):
+                    return True
 
             def _misbehave(self, mode: str) -> None:
                 if mode == "hang":

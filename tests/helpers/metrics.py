@@ -64,3 +64,19 @@ def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
         labels = {k for s in family.samples for k in s.labels if k != "le"}
         out[name] = (family.type, labels)
     return out
+
+
+def exposition(directory: Path, record: str) -> str:
+    """The /metrics text a pod's launch serves once a worker has run `record` (Python that
+    makes `TrainingMetrics` and reports with it) into its multiprocess files."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kubeddp.trainer.worker.metrics import tolerant_collector
+
+    directory.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(record)], env=env, check=True,
+                   timeout=60)  # fmt: skip
+    registry = CollectorRegistry()
+    tolerant_collector(registry, str(directory))  # as trainer/launcher/metrics_server.py
+    return generate_latest(registry).decode()

@@ -93,11 +93,14 @@ def _submit(api: fake_api.FakeApiServer) -> None:
 
 
 def _delete(api: fake_api.FakeApiServer) -> None:
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, JOB_STATUS)  # the kind, found by the name
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, SUCCESS)
     api.route("DELETE", f"{CONFIGMAPS}/demo-config", 200, SUCCESS)
 
 
 def _logs(api: fake_api.FakeApiServer) -> None:
+    ended = {"conditions": [{"type": "Succeeded", "status": "True"}]}  # a follow ends with it
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, {**JOB, "status": ended})
     api.route("GET", PODS, 200, PODS_LIST)
     for i in range(2):
         api.route("GET", f"{PODS}/demo-worker-{i}/log", 200, f"hello {i}\nbye {i}\n")
@@ -115,6 +118,7 @@ def _exists(api: fake_api.FakeApiServer) -> None:
 
 
 def _forbidden(api: fake_api.FakeApiServer) -> None:
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, JOB_STATUS)
     body = status_body(403, "Forbidden", 'pytorchjobs.kubeflow.org "demo" is forbidden')
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, body)
 
@@ -258,6 +262,8 @@ def test_kubectl_and_client_send_the_same_and_say_the_same(
         answers = {
             k: (c, sorted(o.splitlines()), e, sorted(s)) for k, (c, o, e, s) in answers.items()
         }
+    if scenario.startswith("status"):  # the pods' /metrics are read side by side
+        answers = {k: (c, o, e, sorted(s)) for k, (c, o, e, s) in answers.items()}
     assert answers["kubectl"] == answers["client"]
     if expected:  # one error line, the last (submit notes the storage first)
         errors = [line for line in err.splitlines() if ": error: " in line]

@@ -179,6 +179,15 @@ def replica_lines(status: dict) -> list[str]:
     ]
 
 
+def node_rank_selector(job: dict, rank: int) -> str:
+    """The Master is node rank 0 when there is one, and the Workers follow it."""
+    replicas = mapping(mapping(job.get("spec")).get("pytorchReplicaSpecs"))
+    if "Master" in replicas and rank == 0:
+        return f"{REPLICA_TYPE_LABEL}=master,{REPLICA_INDEX_LABEL}=0"
+    index = rank - 1 if "Master" in replicas else rank
+    return f"{REPLICA_TYPE_LABEL}=worker,{REPLICA_INDEX_LABEL}={index}"
+
+
 KIND = JobKind(
     name="pytorchjob",
     chart_kind="PyTorchJob",
@@ -193,6 +202,7 @@ KIND = JobKind(
     success_conditions=("Succeeded",),
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{REPLICA_TYPE_LABEL}={replica.lower()}",
+    node_rank_selector=node_rank_selector,
     admission_issues=admission_issues,
     warnings=warnings,
     schema_issues=schema_checks.pytorchjob_issues,

@@ -39,6 +39,7 @@ RESOURCE = Resource("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs")
 CONTAINER = "node"
 REPLICATED_JOB = "node"  # the replicatedJob of the torch-distributed runtime
 JOB_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"  # initializers are others
 RUNTIME_PATCH_MANAGER = "kubeddp.io/render"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 DEFAULT_RUNTIME = "torch-distributed"
@@ -160,6 +161,9 @@ KIND = JobKind(
     success_conditions=("Complete",),
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{JOB_COMPLETION_INDEX_LABEL}={replica}",
+    node_rank_selector=lambda job, rank: (
+        f"{REPLICATED_JOB_LABEL}={REPLICATED_JOB},{JOB_COMPLETION_INDEX_LABEL}={rank}"
+    ),
     admission_issues=admission_issues,
     schema_issues=schema_checks.trainjob_issues,
     install_hint=INSTALL,

@@ -163,6 +163,7 @@ class Trainer:
         with self.stop_vote.catching_sigterm():
             self.state = self.checkpoints.resume() or self.state
             self.total_steps = self._plan_total_steps()
+            self.metrics.on_plan(self.total_steps)
             self.progress.log(self._describe_run())
             self.progress.begin(self.state.step, self.total_steps)
             while not self._finished():

@@ -104,6 +104,9 @@ class _Instruments:
         self.info = gauge("kubeddp_info", "Constant 1; labels say what runs", labels=INFO_LABELS)
         self.step = gauge("kubeddp_step", "Current global optimizer step")
         self.epoch = gauge("kubeddp_epoch", "Current epoch (0-based)")
+        self.planned_steps = gauge(
+            "kubeddp_planned_steps", "The optimizer step this run is planned to end at"
+        )
         self.loss = gauge(
             "kubeddp_loss",
             "Training loss: mean over all ranks and the steps of the latest log interval",
@@ -222,6 +225,12 @@ class TrainingMetrics:
         missing = target - recorded_restarts(path)
         if missing > 0:
             self.m.restarts.inc(missing)
+
+    def on_plan(self, total_steps: int) -> None:
+        """The step the run ends at (planned at its start): `kubeddp status` shows the percent
+        done and the time left from it."""
+        if self.enabled:
+            self.m.planned_steps.set(total_steps)
 
     def on_step(
         self,
