@@ -16,13 +16,33 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from tests.helpers.readme import DOCS, doc_section
 
+# Every keyword TrainingMetrics.on_step takes, as source text: a test names only what it
+# varies (on_step_call), so a new metric's keyword is added here once, not in every test.
+ON_STEP_DEFAULTS = dict(
+    step="1",
+    epoch="0",
+    loss="1.0",
+    lr="0.1",
+    samples="2",
+    tokens="0",
+    step_seconds="0.1",
+    data_wait_seconds="0.0",
+)
+
+
+def on_step_call(target: str = "m", **given: object) -> str:
+    """The source of one `target.on_step(...)` call: `given` (source text or a number) over
+    ON_STEP_DEFAULTS, for the worker-like child processes the metrics tests run."""
+    values = {**ON_STEP_DEFAULTS, **{name: str(value) for name, value in given.items()}}
+    return f"{target}.on_step(" + ", ".join(f"{k}={v}" for k, v in values.items()) + ")"
+
+
 RECORD_ONE_STEP = textwrap.dedent(
-    """
+    f"""
     from kubeddp.trainer.config import MetricsConfig
     from kubeddp.trainer.worker.metrics import TrainingMetrics
     m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
-    m.on_step(step=1, epoch=0, loss=1.0, lr=0.1, samples=2, tokens=0, step_seconds=0.1,
-              data_wait_seconds=0.0)
+    {on_step_call()}
     m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
     m.close()
     """

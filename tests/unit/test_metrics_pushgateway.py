@@ -18,6 +18,7 @@ from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import start_pod_metrics
 from kubeddp.trainer.launcher.pushgateway import push_summary
+from tests.helpers.metrics import on_step_call
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -75,8 +76,7 @@ def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> 
         "from kubeddp.trainer.config import MetricsConfig\n"
         "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
         "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
-        "m.on_step(step=3, epoch=0, loss=0.5, lr=0.1, samples=96, tokens=0,"
-        " step_seconds=0.01, data_wait_seconds=0.0)\n"
+        f"{on_step_call(step=3, loss=0.5, samples=96, step_seconds=0.01)}\n"
         "m.close()\n"
     )
     try:

@@ -24,6 +24,7 @@ from kubeddp.trainer.launcher.metrics_server import (
     start_for_launch,
     start_pod_metrics,
 )
+from tests.helpers.metrics import on_step_call
 
 
 @pytest.fixture(autouse=True)
@@ -83,8 +84,7 @@ def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
             "from kubeddp.trainer.config import MetricsConfig\n"
             "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
             "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
-            "m.on_step(step=7, epoch=0, loss=0.5, lr=0.1, samples=4, tokens=0,"
-            " step_seconds=0.01, data_wait_seconds=0.0)\n"
+            f"{on_step_call(step=7, loss=0.5, samples=4, step_seconds=0.01)}\n"
             "m.close()\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

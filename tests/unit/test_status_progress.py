@@ -17,7 +17,7 @@ from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster
 from tests.helpers.fake_api import status_body
-from tests.helpers.metrics import exposition
+from tests.helpers.metrics import exposition, on_step_call
 
 pytestmark = pytest.mark.timeout(120)
 NS = fake_api.NAMESPACE
@@ -25,14 +25,13 @@ PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 # A worker 30 steps into a run planned for 120, every step 0.25 s: 90 left, 22.5 s.
-RANK0_AT_STEP_30 = """
+RANK0_AT_STEP_30 = f"""
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 m = TrainingMetrics(MetricsConfig(), 0, 2, "gloo")
 m.on_plan(120)
 for step in range(1, 31):
-    m.on_step(step=step, epoch=0, loss=0.5 if step == 30 else None, lr=0.1, samples=4,
-              tokens=0, step_seconds=0.25, data_wait_seconds=0.0)
+    {on_step_call(loss="0.5 if step == 30 else None", step="step", samples=4, step_seconds=0.25)}
 m.close()
 """
 
@@ -167,12 +166,11 @@ def test_why_metrics_were_not_read_is_one_line(tmp_path, monkeypatch, answer, wh
 
 def test_a_script_without_a_planned_total_shows_its_step(tmp_path) -> None:
     """A user script's report_step: the step and loss, no percent or ETA to make up."""
-    text = exposition(tmp_path, """
+    text = exposition(tmp_path, f"""
         from kubeddp.trainer.config import MetricsConfig
         from kubeddp.trainer.worker.metrics import TrainingMetrics
         m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
-        m.on_step(step=7, epoch=None, loss=1.25, lr=None, samples=1, tokens=0,
-                  step_seconds=None, data_wait_seconds=0.0)
+        {on_step_call(step=7, epoch=None, loss=1.25, lr=None, samples=1, step_seconds=None)}
         m.close()
     """)  # fmt: skip
     found = pod_metrics.progress(pod_metrics.parse("p", text))
