@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import yaml
 
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools import trainjob_submit
 from kubeddp.tools.kinds import KINDS, JobKind
 from kubeddp.tools.kube import Cluster, KubeError, object_path
 from kubeddp.tools.kube_errors import StreamBroken
@@ -36,12 +37,14 @@ EXIT_TIMEOUT = exit_codes.WAIT_TIMEOUT
 
 
 def submit(cluster: Cluster, docs: list[dict], dry_run: bool, out: TextIO) -> None:
+    """Create each object in turn (a TrainJob waits for Trainer to see its runtime)."""
     suffix = " (server dry run)" if dry_run else ""
-    for doc in docs:
-        created = cluster.create(doc, dry_run=dry_run)
+    for index, doc in enumerate(docs):
+        created, note = trainjob_submit.create(cluster, doc, dry_run, docs[:index])
         meta = _mapping(created.get("metadata")) or _mapping(doc.get("metadata"))
         namespace = meta.get("namespace") or cluster.namespace
-        print(f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}", file=out)
+        line = f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}"
+        print(f"{line}; {note}" if note else line, file=out)
 
 
 def _mapping(value: object) -> dict:

@@ -19,6 +19,15 @@ class KubeInputError(KubeError):
     exit_code = exit_codes.BAD_INPUT
 
 
+class AdmissionRefused(KubeError):
+    """An admission webhook refused the object; `denial` is the API server's message as it
+    came ("admission webhook "NAME" denied the request: ...")."""
+
+    def __init__(self, line: str, denial: str) -> None:
+        super().__init__(line)
+        self.denial = denial
+
+
 class HttpStatusError(Exception):
     """The API server answered with an error status: what `kube.explain` reads (the same
     attributes as the client's ApiException, so both transports are explained alike)."""
