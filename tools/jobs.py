@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools import trainjob_submit
 from kubeddp.tools.job_lookup import NOT_FOUND, FoundJob
 from kubeddp.tools.job_status import terminal_state
 from kubeddp.tools.kinds import JobKind
@@ -27,13 +28,15 @@ from kubeddp.tools.resources import (
 
 
 def submit(cluster: Cluster, docs: list[dict], dry_run: bool) -> Iterator[str]:
-    """Create each object in turn: a line for each as it is made."""
+    """Create each object in turn (a TrainJob waits for Trainer to see its runtime): a line
+    for each as it is made."""
     suffix = " (server dry run)" if dry_run else ""
-    for doc in docs:
-        created = cluster.create(doc, dry_run=dry_run)
+    for index, doc in enumerate(docs):
+        created, note = trainjob_submit.create(cluster, doc, dry_run, docs[:index])
         meta = _mapping(created.get("metadata")) or _mapping(doc.get("metadata"))
         namespace = meta.get("namespace") or cluster.namespace
-        yield f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}"
+        line = f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}"
+        yield f"{line}; {note}" if note else line
 
 
 def _mapping(value: object) -> dict:

@@ -15,7 +15,13 @@ from typing import Any
 
 from kubeddp.tools.chart.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.kube_errors import HttpStatusError, KubeError, KubeInputError, Unreachable
+from kubeddp.tools.kube_errors import (
+    AdmissionRefused,
+    HttpStatusError,
+    KubeError,
+    KubeInputError,
+    Unreachable,
+)
 from kubeddp.tools.kube_transport import LogStream, Transport, choose_kubeconfig
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
 
@@ -217,6 +223,11 @@ class Cluster:
         try:
             data = self.transport.send(method, path, query or [], body, self.timeout)
         except HttpStatusError as exc:
+            denial = webhook_denial(exc)
+            if denial:
+                raise AdmissionRefused(
+                    explain(exc, method, path, what), denial, exc.status
+                ) from None
             raise KubeError(explain(exc, method, path, what), exc.status) from None
         except Unreachable as exc:
             raise self._unreachable(exc) from None
@@ -395,6 +406,15 @@ def _status_body(exc: Any) -> dict:
     return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
 
 
+WEBHOOK_DENIAL = "admission webhook "  # how the API server starts a webhook's refusal
+
+
+def webhook_denial(exc: Any) -> str:
+    """The API server's message when an admission webhook refused the request, else ''."""
+    message = _status_body(exc).get("message")
+    return message if isinstance(message, str) and message.startswith(WEBHOOK_DENIAL) else ""
+
+
 def _group_of(path: str) -> str:
     parts = path.split("/")
     return parts[2] if len(parts) > 2 and parts[1] == "apis" else ""
@@ -426,6 +446,9 @@ def explain(exc: Any, method: str, path: str, what: str) -> str:
         if group in INSTALL_HINTS:
             return f"the cluster has no {what} API (CRD missing); {INSTALL_HINTS[group]}"
         return f"the cluster has no {what} API; check the apiVersion"
+    denial = webhook_denial(exc)
+    if denial:  # a webhook's 403 is its verdict on the object, not RBAC's on the user
+        return f"{verb} {what} refused: {' '.join(denial.split())[:600]}"
     if exc.status == 403:
         where = f"in namespace {namespace!r}" if namespace else "cluster-wide"
         return f"forbidden: cannot {verb} {what} {where}; {RBAC_HINT}"

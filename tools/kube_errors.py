@@ -25,6 +25,15 @@ class KubeInputError(KubeError):
     exit_code = exit_codes.BAD_INPUT
 
 
+class AdmissionRefused(KubeError):
+    """An admission webhook refused the object; `denial` is the API server's message as it
+    came ("admission webhook "NAME" denied the request: ...")."""
+
+    def __init__(self, line: str, denial: str, status: int | None = None) -> None:
+        super().__init__(line, status)
+        self.denial = denial
+
+
 class HttpStatusError(Exception):
     """The API server answered with an error status: what `kube.explain` reads (status, reason
     and the body, so both transports are explained alike)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from cluster import EmulatedCluster
 from operator_env import JobPlan, load_documents, plan_from_documents
 
-from tests.helpers import faults
+from tests.helpers import faults, helm_install
 
 REPO = Path(__file__).resolve().parents[2]
 KUBEDDP = [sys.executable, "-m", "kubeddp"]
@@ -43,7 +43,8 @@ def render(kind: str, *args: str) -> JobPlan:
         [*argv, *args], capture_output=True, text=True, timeout=120, cwd=REPO, check=False
     )
     assert done.returncode == 0, f"kubeddp render failed:\n{done.stderr}"
-    return plan_from_documents(load_documents(done.stdout))
+    # `kubectl apply -f` of the file, through the API server's admission (Trainer's webhook)
+    return plan_from_documents(helm_install.applied(load_documents(done.stdout)))
 
 
 def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster import EmulatedCluster, EmulationError
-from operator_env import INIT_CONTAINER_NAME, JobPlan, load_documents, plan_from_documents
+from operator_env import INIT_CONTAINER_NAME, JobPlan, plan_from_documents
 from prometheus_client.parser import text_string_to_metric_families
 from rendered_jobs import (
     DONE,
@@ -34,6 +34,7 @@ from rendered_jobs import (
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import checkpoints as ck
+from tests.helpers import helm_install
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -61,13 +62,8 @@ def render_chart(values_file: Path, release: str) -> JobPlan:
     rendered = Chart.load(REPO / "charts" / "kubeddp").render(
         values, name=release, namespace="default", is_install=True
     )
-    docs = [
-        d
-        for path, text in rendered.items()
-        if "/tests/" not in path and path.endswith((".yaml", ".yml"))
-        for d in load_documents(text)
-    ]
-    return plan_from_documents(docs)
+    # `helm install`: hooks and objects in Helm's order, through the API server's admission
+    return plan_from_documents(helm_install.installed(rendered))
 
 
 def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:

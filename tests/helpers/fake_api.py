@@ -3,6 +3,8 @@ a thread of the test process. Routes map (method, path) to (status, body); every
 recorded; a route's body may be a `Streamed` answer (a followed log). `misbehave` makes every
 answer go wrong the ways a broken cluster, a proxy or a wrong URL do: hang, HTML, a 500 page,
 a reset connection, JSON that is not an object.
+With `admission` set (tests/helpers/admission.py), the POSTs of Trainer's kinds go through it:
+Trainer v2.3's TrainJob webhook, with its informer cache's lag.
 With `tls_folder` it serves HTTPS with a certificate for 127.0.0.1 made for the test (kubectl
 sends a kubeconfig's bearer token only over TLS)."""
 
@@ -26,6 +28,8 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
+
+from tests.helpers import admission
 
 TOKEN = "contract-test-token"
 NAMESPACE = "team"
@@ -93,6 +97,8 @@ class FakeApiServer:
         self.routes: dict[tuple[str, str], tuple[int, object]] = {}
         self.requests: list[dict] = []
         self.misbehaviour: str | None = None
+        # Trainer's objects, through its TrainJob webhook, when a test sets it
+        self.admission: admission.ApiObjects | None = None
         self.release = threading.Event()  # ends the hanging answers (at shutdown)
         fake = self
 
@@ -118,6 +124,8 @@ class FakeApiServer:
                 if fake.misbehaviour:
                     self._misbehave(fake.misbehaviour)
                     return
+                if fake.admission is not None and self._admitted(url, body_sent):
+                    return
                 status, body = fake.routes.get(
                     (self.command, url.path), (404, "404 page not found")
                 )
@@ -135,6 +143,21 @@ class FakeApiServer:
                 else:
                     data, ctype = str(body).encode(), "text/plain"
                 self._answer(status, ctype, data)
+
+            def _admitted(self, url, body_sent: object) -> bool:
+                """A POST of a kind `admission` holds goes through it (Trainer's webhook)."""
+                if self.command != "POST" or not isinstance(body_sent, dict):
+                    return False
+                if body_sent.get("kind") not in admission.TRAINER_KINDS:
+                    return False
+                dry_run = dict(parse_qsl(url.query)).get("dryRun") == "All"
+                try:
+                    answer, status = fake.admission.create(body_sent, dry_run), 201
+                except admission.Refused as refused:
+                    answer = status_body(refused.code, refused.reason, refused.message)
+                    status = refused.code
+                self._answer(status, "application/json", json.dumps(answer).encode())
+                return True
 
             def _usual_answer(self, body_sent: object) -> object:
                 """POST: the object as created; DELETE: a Status of Success; GET: {}."""

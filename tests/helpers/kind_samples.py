@@ -35,6 +35,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "nprocPerNode": {"nprocPerNode": 2},
     "gpusPerNode": {"gpusPerNode": 2},
     "resources": {"resources": {"requests": {"cpu": "3"}}},
+    "requestsPerGpu.cpu": {"gpusPerNode": 1, "requestsPerGpu": {"cpu": "3"}},
+    "requestsPerGpu.memory": {"gpusPerNode": 1, "requestsPerGpu": {"memory": "5Gi"}},
     "shmSize": {"shmSize": "1Gi"},
     "elastic.enabled": {"elastic": {"enabled": True}, "nodes": 2},
     "elastic.minNodes": {"elastic": {"enabled": True, "minNodes": 2}, "nodes": 2},

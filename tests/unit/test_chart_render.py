@@ -232,8 +232,13 @@ def comparable(doc: dict) -> dict:
 
 
 def helm_job_objects(values: dict[str, Any]) -> list[dict]:
-    """What `helm install` creates for the job (hooks such as the `helm test` Pod aside)."""
-    docs = [d for d in render(values) if "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    """What `helm install` creates for the job: its objects and its pre-install hook (the
+    TrainingRuntime), not the `helm test` Pod."""
+    docs = [
+        d
+        for d in render(values)
+        if d["metadata"].get("annotations", {}).get("helm.sh/hook") != "test"
+    ]
     return sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 

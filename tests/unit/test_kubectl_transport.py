@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from tests.helpers import fake_api, helm_cli
+from tests.helpers import admission, fake_api, helm_cli
 from tests.helpers.cluster_commands import run as run_in_process
 from tests.helpers.fake_api import TOKEN, status_body
 
@@ -92,6 +92,13 @@ def _submit(api: fake_api.FakeApiServer) -> None:
         api.route("POST", path, 201, _echo(api))
 
 
+def _trainer(api: fake_api.FakeApiServer) -> None:
+    """Trainer's webhook refuses the TrainJob twice (its cache has not seen the runtime)."""
+    for path in (CONFIGMAPS, CLAIMS):
+        api.route("POST", path, 201, _echo(api))
+    api.admission = admission.with_trainer(lag=2, namespace=NS)
+
+
 def _delete(api: fake_api.FakeApiServer) -> None:
     api.route("GET", f"{PYTORCHJOBS}/demo", 200, JOB_STATUS)  # the kind, found by the name
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, SUCCESS)
@@ -135,11 +142,13 @@ def _misbehaving(mode: str) -> Callable[[fake_api.FakeApiServer], None]:
 
 
 SUBMIT = ["submit", "pytorchjob", "--name", "demo", "--nodes", "2", "--validate-against"]
+SUBMIT_TRAINJOB = ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"]
 SCENARIOS = {  # name: (routes, argv, exit code)
     "status": (_status, ["status", "demo"], 0),
     "status-json": (_status, ["status", "demo", "-o", "json"], 0),
     "submit": (_submit, [*SUBMIT, "offline"], 0),
     "submit-dry-run": (_submit, [*SUBMIT, "offline", "--dry-run", "server"], 0),
+    "submit-trainjob": (_trainer, SUBMIT_TRAINJOB, 0),
     "delete": (_delete, ["delete", "demo"], 0),
     "logs": (_logs, ["logs", "demo", "--tail", "5"], 0),
     "logs-follow": (_logs, ["logs", "demo", "--follow"], 0),

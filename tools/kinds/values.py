@@ -27,6 +27,8 @@ POD_FIELDS: dict[str, str] = {
     "imagePullSecrets": "spec.imagePullSecrets",
     "gpusPerNode": "container.resources",
     "resources": "container.resources",
+    "requestsPerGpu.cpu": "container.resources",
+    "requestsPerGpu.memory": "container.resources",
     "shmSize": "spec.volumes",
     "terminationGracePeriodSeconds": "spec.terminationGracePeriodSeconds",
     "env": "container.env",

@@ -22,14 +22,23 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* resources plus the GPU count in requests and limits */}}
+{{/* resources plus the GPU count in requests and limits; a GPU pod also requests
+requestsPerGpu x GPUs of the cpu and memory resources names neither as a request nor as a limit
+(without requests a pod is BestEffort, the first evicted) */}}
 {{- define "kubeddp.resources" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $resources := deepCopy .Values.resources }}
 {{- if gt (int .Values.gpusPerNode) 0 }}
-{{- $gpus := .Values.gpusPerNode | int | toString }}
+{{- $gpus := .Values.gpusPerNode | int }}
 {{- range $section := list "requests" "limits" }}
-{{- $_ := set $resources $section (merge (dict $c.gpuResource $gpus) (get $resources $section | default dict)) }}
+{{- $_ := set $resources $section (merge (dict $c.gpuResource (toString $gpus)) (get $resources $section | default dict)) }}
+{{- end }}
+{{- range $name, $perGpu := .Values.requestsPerGpu }}
+{{- $count := regexReplaceAll "[^0-9].*$" (toString ($perGpu | default "0")) "" | atoi }}
+{{- if and (gt $count 0) (not (hasKey $resources.requests $name)) (not (hasKey $resources.limits $name)) }}
+{{- $unit := regexReplaceAll "^[0-9]+" (toString $perGpu) "" }}
+{{- $_ := set $resources.requests $name (printf "%d%s" (mul $count $gpus) $unit) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- with $resources }}
