@@ -87,3 +87,5 @@ ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 ENV_POD_NAME = "POD_NAME"
 ENV_NODE_NAME = "NODE_NAME"
 DOWNWARD_ENV = {ENV_POD_NAME: "metadata.name", ENV_NODE_NAME: "spec.nodeName"}
+# Tests only: the named point where this process SIGKILLs itself (trainer/fault_points.py)
+ENV_TEST_KILL_AT = "KUBEDDP_TEST_KILL_AT"
