@@ -78,6 +78,13 @@ ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
 # SIGTERM has for its save and its last send to the keeper (default below).
 ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
 TERMINATION_GRACE_SECONDS = 2 * PREEMPT_GRACE_SECONDS  # the manifests' default
+# Set by launch for its workers: Python's PYTHONSAFEPATH, which keeps the working directory
+# (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.
+ENV_SAFE_PATH = "PYTHONSAFEPATH"
+ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
+# Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
+# programs are found there, as `python -m` finds them in the working directory)
+ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
 # Tests only: the named point where this process SIGKILLs itself (trainer/fault_points.py)
 ENV_TEST_KILL_AT = "KUBEDDP_TEST_KILL_AT"
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept

@@ -505,6 +505,8 @@ def _worker_env(
     """What the workers' environment adds: the resolved config (`config_env`), the stall
     watch's settings and whether the program spawns its own workers."""
     env = {**config_env, **(diagnostics_env or {})}
+    if constants.ENV_SAFE_PATH not in os.environ:  # the working directory off sys.path
+        env |= {constants.ENV_SAFE_PATH: "1", constants.ENV_SAFE_PATH_ADDED: "1"}
     if spawns:
         env[constants.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     return env
@@ -565,6 +567,7 @@ def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[s
     if program.mode == "script" and not os.path.isabs(program.target):
         return  # a relative script path would no longer be found
     os.makedirs(checkpoint_dir, exist_ok=True)
+    os.environ[constants.ENV_LAUNCH_DIR] = os.getcwd()  # where `--module` programs are found
     os.chdir(checkpoint_dir)
     _log(f"[kubeddp] program runs in {checkpoint_dir} (relative paths land there)")
 
