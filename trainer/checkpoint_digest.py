@@ -18,9 +18,12 @@ import os
 import re
 from dataclasses import dataclass
 
+from kubeddp.trainer import constants
+
 BLOCK_BYTES = 64 << 20
 MIN_BLOCK_BYTES = 1 << 20
 MAX_BLOCK_BYTES = 256 << 20
+ENV_BLOCK_BYTES = constants.ENV_CHECKPOINT_BLOCK_BYTES
 READ_BYTES = 1 << 20  # hashlib lets go of the GIL for pieces this large
 HEX = re.compile(r"^[0-9a-f]{64}$")
 MARKER_FORMAT = "kubeddp-checkpoint-v1"
@@ -65,6 +68,13 @@ class FileDigest:
         return cls(size, block, tuple(blocks))
 
 
+def default_block() -> int:
+    """BLOCK_BYTES, or the environment's KUBEDDP_CHECKPOINT_BLOCK_BYTES within the bounds."""
+    raw = os.environ.get(ENV_BLOCK_BYTES, "")
+    value = int(raw) if raw.isdigit() else BLOCK_BYTES
+    return min(MAX_BLOCK_BYTES, max(MIN_BLOCK_BYTES, value))
+
+
 def block_count(size: int, block: int) -> int:
     return max(1, -(-size // block))
 
@@ -72,8 +82,8 @@ def block_count(size: int, block: int) -> int:
 class BlockHasher:
     """Bytes in order -> their FileDigest."""
 
-    def __init__(self, block: int = BLOCK_BYTES) -> None:
-        self.block = block
+    def __init__(self, block: int | None = None) -> None:
+        self.block = block or default_block()
         self.size = 0
         self._done: list[str] = []
         self._current = hashlib.sha256()
@@ -98,7 +108,7 @@ class BlockHasher:
         return FileDigest(self.size, self.block, tuple(blocks))
 
 
-def digest_fd(fd: int, block: int = BLOCK_BYTES) -> FileDigest:
+def digest_fd(fd: int, block: int | None = None) -> FileDigest:
     """The digest of an open file, read from its start (its offset is left at the end)."""
     hasher = BlockHasher(block)
     buffer = bytearray(READ_BYTES)
@@ -112,7 +122,7 @@ def digest_fd(fd: int, block: int = BLOCK_BYTES) -> FileDigest:
         offset += got
 
 
-def digest_file(path: str | os.PathLike[str], block: int = BLOCK_BYTES) -> FileDigest:
+def digest_file(path: str | os.PathLike[str], block: int | None = None) -> FileDigest:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         return digest_fd(fd, block)
@@ -124,7 +134,7 @@ class HashingWriter:
     """A binary stream that hashes what goes through it to the file below (only `write` and
     `flush`: torch.save, yaml and plain writes use nothing else)."""
 
-    def __init__(self, inner, block: int = BLOCK_BYTES) -> None:  # noqa: ANN001 - a binary file
+    def __init__(self, inner, block: int | None = None) -> None:  # noqa: ANN001 - a binary file
         self.inner = inner
         self.hasher = BlockHasher(block)
 

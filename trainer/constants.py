@@ -85,6 +85,9 @@ ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
 # Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
 # programs are found there, as `python -m` finds them in the working directory)
 ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
+# Another block size (bytes, 1 MiB to 256 MiB; default 64 MiB) for the digests the checkpoint
+# writer records and the keeper's transfers: smaller blocks make more of them run in parallel
+ENV_CHECKPOINT_BLOCK_BYTES = "KUBEDDP_CHECKPOINT_BLOCK_BYTES"
 # Tests only: the named point where this process SIGKILLs itself (trainer/fault_points.py)
 ENV_TEST_KILL_AT = "KUBEDDP_TEST_KILL_AT"
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept

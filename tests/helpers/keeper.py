@@ -125,17 +125,22 @@ def request_bytes(method: str, target: str, headers: dict[str, str], body: bytes
 
 
 class CuttingProxy:
-    """127.0.0.1:port -> the keeper, passing `cut_after` bytes of the keeper's answers on each
-    connection, then closing both sides: a connection lost mid-transfer."""
+    """127.0.0.1:port -> the keeper, passing at most `answers` bytes of the keeper's answers
+    and `requests` bytes of what is sent to it on each connection, then closing both sides: a
+    connection lost mid-transfer. None: no limit that way."""
 
-    def __init__(self, target_port: int, cut_after: int) -> None:
-        self.target_port, self.cut_after = target_port, cut_after
+    def __init__(self, target_port: int, answers: int | None, requests: int | None = None) -> None:
+        self.target_port, self.answers, self.requests = target_port, answers, requests
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.cuts = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def _accept(self) -> None:
         self.listener.settimeout(0.2)
@@ -150,13 +155,18 @@ class CuttingProxy:
 
     def _pipe(self, client: socket.socket) -> None:
         upstream = socket.create_connection(("127.0.0.1", self.target_port))
-        threading.Thread(target=_copy, args=(client, upstream, None), daemon=True).start()
-        if not _copy(upstream, client, self.cut_after):
+        ends = (client, upstream)
+        sending = threading.Thread(target=self._way, args=(client, upstream, self.requests, ends))
+        sending.start()
+        self._way(upstream, client, self.answers, ends)
+        sending.join(30)
+
+    def _way(self, source: socket.socket, dest: socket.socket, limit: int | None, ends) -> None:  # noqa: ANN001
+        if not _copy(source, dest, limit):
             self.cuts += 1
-        for sock in (client, upstream):
+        for sock in ends:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
     def close(self) -> None:
         self._stop.set()
