@@ -28,7 +28,6 @@ from pathlib import Path
 from kubeddp.trainer.launcher.checkpoint_sync import CheckpointSync, SyncSettings
 from kubeddp.trainer.launcher.keeper_auth import Secret
 from kubeddp.trainer.launcher.keeper_client import KeeperClient
-from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from tests.bench.common import PYTHON, REPO_ROOT, BenchError, Row, free_port, median, spread
 
 SECTION = "keeper"
@@ -51,6 +50,9 @@ def _write_state(size: int):  # noqa: ANN202 - a WriteBody
 
 def make_checkpoint(directory: Path, size: int, step: int = 1) -> Path:
     """A checkpoint of `size` bytes (state.pt) as the trainer writes it."""
+    # here, not at the top: the 8 pods' processes (--fill) would each import torch for nothing
+    from kubeddp.trainer.worker.checkpoint.local import LocalStorage
+
     ref = LocalStorage(directory).write(
         step, {"state.pt": _write_state(size), "config.yaml": lambda f: f.write(b"a: 1\n")}
     )
