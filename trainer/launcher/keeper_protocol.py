@@ -45,7 +45,6 @@ OLD_INCOMING = ".incoming"  # an older keeper's staging folder
 RESERVED_TOP = (KEEPER_DIR, OLD_INCOMING)
 
 VERSION_HEADER = "X-Kubeddp-Version"
-MTIME_HEADER = "X-Kubeddp-Mtime-Ns"
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 MAX_JSON_BYTES = 8 << 20  # a listing or an upload's description; blocks are bounded by BLOCK
