@@ -279,6 +279,14 @@ class CheckpointConfig:
         above=0.0,
         maximum=3600.0,
     )
+    readers: str = setting(
+        "all",
+        "with a checkpoint keeper, which pods fetch a program's checkpoints and files: `all` "
+        "(every pod: a program that loads on every rank) or `rank0` (only the pod of global "
+        "rank 0: a program that loads there and broadcasts). The built-in trainer reads on rank "
+        "0 whatever this says; an elastic job's pods all fetch (ranks are given at rendezvous)",
+        choices=("all", "rank0"),
+    )
 
 
 @dataclass

@@ -25,7 +25,9 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # With --script/--module (a user's own program) only these config keys still apply (a section
 # alone: all of its keys): launch's metrics endpoint, the SIGTERM grace, retries and
 # diagnostics. launch refuses --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries", "diagnostics")
+PROGRAM_CONFIG_KEYS = (
+    "metrics", "checkpoint.preempt_grace_seconds", "checkpoint.readers", "retries", "diagnostics",
+)  # fmt: skip
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
@@ -61,6 +63,18 @@ DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' p
 KEEPER_PORT = 9410
 ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
+# The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
+# and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
+ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
+# The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
+# SIGTERM has for its save and its last send to the keeper (default below).
+ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
+TERMINATION_GRACE_SECONDS = 2 * PREEMPT_GRACE_SECONDS  # the manifests' default
+# Another block size (bytes, 1 MiB to 256 MiB; default 64 MiB) for the digests the checkpoint
+# writer records and the keeper's transfers: smaller blocks make more of them run in parallel
+ENV_CHECKPOINT_BLOCK_BYTES = "KUBEDDP_CHECKPOINT_BLOCK_BYTES"
+# Tests only: the named point where this process SIGKILLs itself (trainer/fault_points.py)
+ENV_TEST_KILL_AT = "KUBEDDP_TEST_KILL_AT"
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # How often launch posts a TrainJob's progress to Kubeflow Trainer (seconds; Trainer asks

@@ -50,6 +50,13 @@ ENV_DIAG_DIR = "KUBEDDP_DIAG_DIR"  # the ranks' heartbeat records (no diagnostic
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
 ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's: its flight recorder is on (stall watch)
+# Set by launch for its workers: Python's PYTHONSAFEPATH, which keeps the working directory
+# (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.
+ENV_SAFE_PATH = "PYTHONSAFEPATH"
+ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
+# Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
+# programs are found there, as `python -m` finds them in the working directory)
+ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
 
 
 def resolved_config_env(cfg: Config) -> dict[str, str]:

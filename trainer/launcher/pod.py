@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
-from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run, trainjob_status
+from kubeddp.trainer.launcher import (
+    checkpoint_sync,
+    end_signals,
+    finished_run,
+    keeper_pod,
+    trainjob_status,
+)
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (
@@ -45,28 +51,32 @@ def run_launch(
     if plan.source == "torchrun":  # this process is already one of torchrun's workers
         return _run_as_torchrun_worker(program, cfg)
     try:  # before the budget: the keeper holds the budget's record and the checkpoints
-        sync = checkpoint_sync.start_from_env(env, cfg.checkpoint.dir, deadline, _log)
+        sync = keeper_pod.start(env, cfg.checkpoint, cfg.retries.without_progress, plan,
+                                program is not None, deadline, _log)  # fmt: skip
         program_workdir(program, cfg.checkpoint.dir, env)
-    except (checkpoint_sync.KeeperError, checkpoint_sync.KeeperSettingError, OSError) as exc:
-        return _keeper_failed(exc)
+    except keeper_pod.START_ERRORS as exc:
+        return keeper_pod.start_failed(exc, _log)
     identity = _run_identity(launch_plan, cfg.to_dict(), cfg.checkpoint.resume)
+    code = exit_codes.INTERNAL_ERROR  # until the pod's run says how it ended
     try:
         already = finished_run.finished_line(cfg.checkpoint.dir, identity) if identity else None
         if already:
             _log(already)
-            return exit_codes.OK
+            code = exit_codes.OK
+            return code
         # a pod rejoining fetches again after a dropped connection, as a starting pod does
         within = checkpoint_sync.within
         refresh = (
             functools.partial(within, deadline, _log, sync.refresh) if sync is not None else None
         )
-        code = _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh)
-        if identity and code == exit_codes.OK:  # sent to the keeper with the last files
+        progress = sync.progress_ns if sync is not None else None
+        code = _run_pod(plan, cfg, deadline, launch_plan.spawns, refresh, progress)
+        if identity and code == exit_codes.OK:  # sent to the keeper after the last files
             finished_run.record_finished(cfg.checkpoint.dir, identity)
-        return code
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
-            sync.finish(checkpoint_sync.FINISH_SECONDS)
+            code = keeper_pod.finish(sync, env, cfg.checkpoint.preempt_grace_seconds, code, _log)
+    return code
 
 
 def _run_identity(launch_plan: LaunchPlan, config: dict, resume: str) -> str | None:
@@ -102,27 +112,19 @@ def _run_as_torchrun_worker(program: Program | None, cfg: Config) -> int:
     return run(cfg)
 
 
-def _keeper_failed(exc: Exception) -> int:
-    """The keeper's pod not up yet is retried (>= 128); a bad setting or dir is not."""
-    code = exit_codes.STORAGE_UNREACHABLE
-    if not isinstance(exc, checkpoint_sync.KeeperError):
-        code = exit_codes.BAD_INPUT
-    _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
-    write_termination_message(str(exc))
-    return code
-
-
 def _run_pod(
     plan: RendezvousPlan,
     cfg: Config,
     deadline: float,
     spawns: bool,
     refresh: Callable[[], object] | None = None,
+    progress: Callable[[], int] | None = None,
 ) -> int:
-    """The retry budget, the rendezvous host, /metrics, then training."""
+    """The retry budget, the rendezvous host, /metrics, then training (`progress`: the
+    newest checkpoint's time where the keeper has it, for the budget)."""
     # Only an operator restarts a pod; on a laptop or bare host every run is the user's own.
     limit = cfg.retries.without_progress if plan.in_kubernetes else 0
-    budget = RetryBudget(cfg.checkpoint.dir, limit)
+    budget = RetryBudget(cfg.checkpoint.dir, limit, progress=progress)
     refusal = budget.start()
     if refusal:
         _log(f"kubeddp launch: error: {refusal}")
@@ -204,6 +206,8 @@ def _worker_env(
     """What the workers' environment adds: the resolved config (`config_env`), the stall
     watch's settings and whether the program spawns its own workers."""
     env = {**config_env, **(diagnostics_env or {})}
+    if process_contract.ENV_SAFE_PATH not in os.environ:  # the working directory off sys.path
+        env |= {process_contract.ENV_SAFE_PATH: "1", process_contract.ENV_SAFE_PATH_ADDED: "1"}
     if spawns:
         env[process_contract.ENV_SPAWNS_WORKERS] = "1"  # the runner hides torchrun's ranks
     return env
@@ -264,5 +268,6 @@ def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[s
     if program.mode == "script" and not os.path.isabs(program.target):
         return  # a relative script path would no longer be found
     os.makedirs(checkpoint_dir, exist_ok=True)
+    os.environ[process_contract.ENV_LAUNCH_DIR] = os.getcwd()  # where `--module` programs are found
     os.chdir(checkpoint_dir)
     _log(f"[kubeddp] program runs in {checkpoint_dir} (relative paths land there)")

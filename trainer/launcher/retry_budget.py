@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -75,8 +76,17 @@ class RetryBudget:
     """The record of one pod. Every method is best effort: a checkpoint dir that cannot hold
     the record leaves the budget off (said once) rather than stopping training."""
 
-    def __init__(self, checkpoint_dir: str, limit: int, pod: str | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        limit: int,
+        pod: str | None = None,
+        progress: Callable[[], int] | None = None,
+    ) -> None:
         self.limit = limit
+        # Where progress is read: checkpoint.dir, or (behind a keeper) also the keeper's
+        # listing, since a pod that reads no checkpoint has none of them here.
+        self.progress = progress or (lambda: progress_marker(self.checkpoint_dir))
         self.checkpoint_dir = Path(checkpoint_dir)
         self.pod = pod or socket.gethostname() or "pod"
         self.path = self.checkpoint_dir / RECORD_DIR / f"{self.pod}.json"
@@ -106,7 +116,7 @@ class RetryBudget:
         if not self.enabled:
             return None
         previous = self._load()
-        progress = progress_marker(self.checkpoint_dir)
+        progress = self.progress()
         if (
             previous is None
             or progress > previous.progress_ns

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import io
 import os
 import runpy
@@ -32,6 +33,11 @@ from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
+# Imported by the runner only later (SIGTERM, the end): see _own_imports_first
+RUNNER_LATE_IMPORTS = (
+    "json", "kubeddp.trainer.config", "kubeddp.trainer.worker.preemption", "linecache",
+    "tokenize",
+)  # fmt: skip
 MODES = ("script", "module")
 # torchrun's description of one worker: a program that spawns its own workers gets the
 # environment `python` would give it, or its children would all read rank 0 of a world of 1.
@@ -79,22 +85,45 @@ def _preempt_grace_seconds() -> float:
     return cfg.checkpoint.preempt_grace_seconds
 
 
+def _first_on_path(directory: str) -> None:
+    """`directory` first on sys.path, as `python` puts it there for the program. Under
+    PYTHONSAFEPATH (set by launch) nothing of the working directory's was on it; else (Python
+    3.10) the working directory was, and it gives way."""
+    if getattr(sys.flags, "safe_path", False) or not sys.path:
+        sys.path.insert(0, directory)
+    else:
+        sys.path[0] = directory
+
+
 def _execute(program: Program) -> None:
     if program.mode == "script":
         # `python PATH` puts the script's own directory first on sys.path (symlinks resolved).
-        sys.path[0] = os.path.dirname(os.path.realpath(program.target))
+        _first_on_path(os.path.dirname(os.path.realpath(program.target)))
         sys.argv = [program.target, *program.args]
         runpy.run_path(program.target, run_name="__main__")
     else:
-        # `python -m NAME` keeps the working directory first on sys.path, as `-m` here did;
+        # `python -m NAME` puts the working directory first: the one launch started in (not
+        # checkpoint.dir, where it may have moved the program: files fetched there are data).
+        _first_on_path(os.environ.get(process_contract.ENV_LAUNCH_DIR) or os.getcwd())
         # alter_sys sets sys.argv[0] to the module's file, as `python -m` does.
         sys.argv = [program.target, *program.args]
         runpy.run_module(program.target, run_name="__main__", alter_sys=True)
 
 
+def _own_imports_first() -> None:
+    """What the runner imports later (on SIGTERM, at the end), imported now, while sys.path
+    holds only the standard library and kubeddp: a user's `json.py` beside their script must
+    not become the runner's. The program's own environment is what `python` would give it."""
+    if os.environ.pop(process_contract.ENV_SAFE_PATH_ADDED, None) == "1":
+        os.environ.pop(process_contract.ENV_SAFE_PATH, None)
+    for name in RUNNER_LATE_IMPORTS:
+        importlib.import_module(name)
+
+
 def run_program(program: Program) -> NoReturn:
     """Run the program in this process, then end the process with its exit code."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
+    _own_imports_first()
     if os.environ.get(process_contract.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)

@@ -85,6 +85,7 @@ kubeddpManaged: kubeddp
 programConfigKeys:
   - metrics
   - checkpoint.preempt_grace_seconds
+  - checkpoint.readers
   - retries
   - diagnostics
 volumeSources:
