@@ -57,7 +57,7 @@ def test_bad_config_file(case, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(text))
     done = run_cli(tmp_path, ["train", "--nproc", "2", "--config", str(path)])
-    assert_one_error(done, 2, "kubeddp launch: error:", *mentions)
+    assert_one_error(done, 2, "kubeddp train: error:", *mentions)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_compile_on_without_a_compiler(tmp_path: Path) -> None:
     assert_one_error(
         done,
         2,
-        "kubeddp launch: error:",
+        "kubeddp train: error:",
         "train.compile=on needs a C++ compiler for inductor",
         "train.compile=off",
     )

@@ -176,7 +176,7 @@ def test_bad_program_input_is_one_line_and_exit_2(programs: Path, case: str, com
     assert done.returncode == exit_codes.BAD_INPUT, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("kubeddp launch: error: ")
+    assert lines[0].startswith(f"kubeddp {command}: error: ")
     for text in mentions:
         assert text in lines[0], f"{text!r} not in {lines[0]!r}"
 

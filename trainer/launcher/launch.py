@@ -27,7 +27,13 @@ from kubeddp.trainer.config import (
     load_config_options,
     resolved_config_env,
 )
-from kubeddp.trainer.launcher import checkpoint_sync, end_signals, finished_run, torchrun_cli
+from kubeddp.trainer.launcher import (
+    checkpoint_sync,
+    command_name,
+    end_signals,
+    finished_run,
+    torchrun_cli,
+)
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
 from kubeddp.trainer.launcher.metrics_server import (
     MetricsSetupError,
@@ -208,7 +214,8 @@ def _worker_command(
     """The config options, the user's program (None: the built-in trainer) and the worker
     arguments torchrun passes on."""
     note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
-    program = program_from_options(args.script, args.module, after_dash, note)
+    no_python = getattr(args, "no_python", False)  # kubeddp train's torchrun --no-python
+    program = program_from_options(args.script, args.module, after_dash, note, no_python)
     if program is None:
         options, worker_args = config_options(args, after_dash)
         return options, None, worker_args
@@ -278,7 +285,7 @@ def launch_with(
 
 
 def _bad_input(problem: object) -> int:
-    _log(f"kubeddp launch: error: {problem}")
+    _log(command_name.error(problem))
     return exit_codes.BAD_INPUT
 
 
@@ -304,6 +311,7 @@ def plan_launch(
         gpu_count=gpus,
         worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
         node_flags=node_flags(args),
+        torchrun_flags=getattr(args, "torchrun_flags", ()),  # kubeddp train's torchrun options
     )
     refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
     if refusal:
@@ -409,7 +417,7 @@ def _keeper_failed(exc: Exception) -> int:
     code = exit_codes.STORAGE_UNREACHABLE
     if not isinstance(exc, checkpoint_sync.KeeperError):
         code = exit_codes.BAD_INPUT
-    _log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+    _log(command_name.error(f"{exc}; exit code {exit_codes.describe(code)}"))
     write_termination_message(str(exc))
     return code
 
@@ -427,7 +435,7 @@ def _run_pod(
     budget = RetryBudget(cfg.checkpoint.dir, limit)
     refusal = budget.start()
     if refusal:
-        _log(f"kubeddp launch: error: {refusal}")
+        _log(command_name.error(refusal))
         write_termination_message(refusal)
         return exit_codes.RETRIES_EXHAUSTED
     try:
@@ -439,7 +447,7 @@ def _run_pod(
         shared_host = not plan.in_kubernetes and plan.nnodes != "1"
         metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log, shared_host)
     except MetricsSetupError as exc:
-        _log(f"kubeddp launch: error: {exc}")
+        _log(command_name.error(exc))
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
@@ -480,9 +488,9 @@ def _ended(budget: RetryBudget, outcome: Outcome) -> int:
     """Record how the run ended; a failure's one line becomes the pod's termination message."""
     if outcome.code == exit_codes.RDZV_UNREACHABLE:
         code = exit_codes.describe(outcome.code)
-        _log(f"kubeddp launch: error: {outcome.reason}; exit code {code}")
+        _log(command_name.error(f"{outcome.reason}; exit code {code}"))
     elif outcome.code == exit_codes.RETRIES_EXHAUSTED:
-        _log(f"kubeddp launch: error: {outcome.reason}")
+        _log(command_name.error(outcome.reason))
     if outcome.code != exit_codes.RETRIES_EXHAUSTED:
         budget.ended(outcome.code, outcome.reason)
     if outcome.code != exit_codes.OK:
@@ -599,6 +607,7 @@ def train_parser() -> argparse.ArgumentParser:
     add_program_options(p)
     add_node_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
+    torchrun_cli.add_torchrun_options(p)
     return p
 
 
@@ -610,16 +619,17 @@ def train_main(argv: list[str]) -> int:
     if positional is None:
         own, after_dash = _split_worker_args(argv)
     else:
-        own, program, after_dash = positional
-        own = [*own, *program]
+        own, program, after_program = positional
+        own, after_dash = [*own, *program], torchrun_cli.program_arguments(after_program)
     args = p.parse_args(own)
     for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
         if problem:
             p.error(problem)
     options = _as_launch_options(args)
-    return _with_end_signals(
-        lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
-    )
+    with command_name.running(command_name.TRAIN):
+        return _with_end_signals(
+            lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
+        )
 
 
 def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
@@ -646,4 +656,6 @@ def _as_launch_options(args: argparse.Namespace) -> argparse.Namespace:
     options.spawns_workers = args.spawns_workers
     for name in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id"):
         setattr(options, name, getattr(args, name))
+    options.torchrun_flags = torchrun_cli.passed_on(args, torchrun_cli.torchrun_actions())
+    options.no_python = torchrun_cli.torchrun_option(args, "no_python")
     return options

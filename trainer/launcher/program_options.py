@@ -14,6 +14,7 @@ import importlib.machinery
 import importlib.util
 import os
 import pkgutil
+import shutil
 import sys
 from collections.abc import Callable
 
@@ -186,22 +187,44 @@ def _check_module(name: str) -> None:
             )
 
 
+def _check_executable(program: str) -> None:
+    """torchrun --no-python runs the program as it is: a path, or a name found on PATH."""
+    if os.sep not in program:
+        if shutil.which(program) is None:
+            raise ProgramNotHere(
+                f"{program}: no such program on PATH; give its path, or install it in the image"
+            )
+        return
+    _check_script(program)
+    if not os.access(program, os.X_OK):
+        raise ProgramError(
+            f"--no-python {program}: not executable; chmod +x it, or drop --no-python to run "
+            "a Python file"
+        )
+
+
 def program_from_options(
     script: str | None,
     module: str | None,
     program_args: list[str],
     note: Callable[[str], None] | None = None,
+    no_python: bool = False,
 ) -> Program | None:
     """The user's program, checked; None when the built-in trainer runs. With `note` (a dry
     run, which previews a plan for an image from anywhere) a program that is not on this
-    machine is only noted."""
+    machine is only noted. `no_python` (torchrun's --no-python): the script is an executable,
+    run as it is."""
     if script is not None and module is not None:
         raise ProgramError(
             f"--script {script} and --module {module} are both given; run one program"
         )
+    if no_python and module is not None:
+        raise ProgramError(
+            f"--no-python runs a program as it is, not a module (-m {module}); drop one of them"
+        )
     try:
         if script is not None:
-            _check_script(script)
+            (_check_executable if no_python else _check_script)(script)
         elif module is not None:
             _check_module(module)
     except ProgramNotHere as exc:
@@ -209,7 +232,7 @@ def program_from_options(
             raise
         note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
     if script is not None:
-        return Program("script", script, tuple(program_args))
+        return Program("executable" if no_python else "script", script, tuple(program_args))
     if module is not None:
         return Program("module", module, tuple(program_args))
     return None
