@@ -45,6 +45,7 @@ from kubeddp.trainer.launcher.program_options import (
     add_program_options,
     check_config_file,
     check_overrides,
+    program_fingerprint,
     program_from_options,
     program_spawns_workers,
     spawn_refusal,
@@ -385,7 +386,7 @@ def _run_identity(launch_plan: LaunchPlan, config: dict, resume: str) -> str | N
     plan, program = launch_plan.rdzv, launch_plan.program
     if not plan.in_kubernetes or resume == "never":
         return None
-    command = program.command_line() if program is not None else ""
+    command = program_fingerprint(program) if program is not None else ""
     return finished_run.run_identity(config, command, plan.nnodes, plan.nproc_per_node)
 
 

@@ -10,6 +10,7 @@ than silently ignored.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -236,6 +237,35 @@ def program_from_options(
     if module is not None:
         return Program("module", module, tuple(program_args))
     return None
+
+
+def program_fingerprint(program: Program) -> str:
+    """The program as a finished run names it: its command line and the sha256 of the file that
+    runs (the script, the executable, the module's or package's __main__ file), so an edited
+    program with the same path and arguments is another run. Files it imports are not read."""
+    path: str | None = program.target
+    if program.mode == "executable" and os.sep not in program.target:
+        path = shutil.which(program.target)
+    elif program.mode == "module":
+        try:
+            spec = _find_module(program.target)
+            if spec.submodule_search_locations is not None:
+                spec = _find_in(f"{program.target}.__main__", list(spec.submodule_search_locations))
+            path = spec.origin if spec is not None else None
+        except (ProgramError, ImportError, ValueError):
+            path = None
+    return f"{program.command_line()} (sha256 {_file_sha256(path) if path else 'unreadable'})"
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return "unreadable"
+    return digest.hexdigest()
 
 
 def program_spawns_workers(program: Program, flag: bool | None) -> bool:
