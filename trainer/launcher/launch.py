@@ -32,6 +32,7 @@ from kubeddp.trainer.launcher import (
     command_name,
     end_signals,
     finished_run,
+    scratch,
     torchrun_cli,
 )
 from kubeddp.trainer.launcher.agent import WORKER_MODULE, Outcome, run_agent
@@ -280,9 +281,9 @@ def launch_with(
         return 0
     try:
         cfg, deadline = preflight(args, launch_plan, env)
-    except (ConfigError, RendezvousError) as exc:
+        return run_launch(launch_plan, cfg, deadline, env)
+    except (ConfigError, RendezvousError, scratch.ScratchError) as exc:
         return _bad_input(exc)
-    return run_launch(launch_plan, cfg, deadline, env)
 
 
 def _bad_input(problem: object) -> int:
@@ -324,12 +325,16 @@ def preflight(
     args: argparse.Namespace, launch_plan: LaunchPlan, env: Mapping[str, str]
 ) -> tuple[Config, float]:
     """The config and the rendezvous wait, checked before any wait or process starts; raises
-    ConfigError or RendezvousError."""
+    ConfigError, RendezvousError or ScratchError."""
     # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
     cfg = load_config_options(launch_plan.options, env)
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
+    # launch's agent and its workers write to /tmp: read-only or full, each worker would fail
+    problem = scratch.problem() if launch_plan.rdzv.source != "torchrun" else None
+    if problem:
+        raise scratch.ScratchError(problem)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)
 
 
