@@ -29,7 +29,7 @@ from typing import NoReturn
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.common import one_line
 from kubeddp.trainer.launcher import early_exit
-from kubeddp.trainer.worker import program_watch, stop_signal
+from kubeddp.trainer.worker import program_rendezvous, program_watch, spawn_guard, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
@@ -102,6 +102,10 @@ def run_program(program: Program) -> NoReturn:
     if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)
+    elif os.environ.get("LOCAL_RANK") == "0":  # a program that spawns its own is named once
+        with contextlib.suppress(ValueError):
+            spawn_guard.install(program.shown, int(os.environ.get("WORLD_SIZE", "1")))
+    program_rendezvous.install()  # a tcp:// init, or a MASTER_PORT of the program's own
     stop_signal.install(_preempt_grace_seconds())
     early_exit.note_start()
     program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
