@@ -201,9 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_check(argv: list[str]) -> int:
-    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: 0 no pitfall, 1 pitfalls (one line each:
-    file:line: rule: pitfall; fix), 2 a script that cannot be read."""
-    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file
+    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: every finding, one line each (file:line:
+    pitfall|advice rule: what; fix); 0 no pitfall (advice is shown), 1 pitfalls, 2 a script
+    that cannot be read."""
+    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file, pitfalls
 
     own, program_args = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
@@ -211,7 +212,8 @@ def cmd_check(argv: list[str]) -> int:
     parser = OneLineErrorParser(
         prog="kubeddp check",
         description="read a training script without running it and name each DDP pitfall "
-        "with its line and fix; the program's own arguments follow --",
+        "(exit 1) and piece of advice (exit 0) with its line and fix; the program's own "
+        "arguments follow --",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
     parser.add_argument(
@@ -224,7 +226,7 @@ def cmd_check(argv: list[str]) -> int:
         return _fail("check", str(exc))
     for finding in findings:
         print(finding.shown(args.script))
-    return exit_codes.TRAINING_FAILED if findings else exit_codes.OK
+    return exit_codes.TRAINING_FAILED if pitfalls(findings) else exit_codes.OK
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
@@ -294,6 +296,9 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
     from kubeddp.tools.validate import validate_documents
 
     notes: list[str] = []
+    refusal = _spawn_refusal(args)
+    if refusal:  # what launch would refuse in every pod, refused before the job exists
+        return [], _fail(command, refusal)
     try:
         docs = render_documents(*values_from_args(args), notes=notes)
     except (OptionError, RenderError) as exc:
@@ -310,6 +315,15 @@ def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dic
     for line in notes:  # which storage the job uses, what the cluster must offer
         print(f"kubeddp {command}: {line}", file=sys.stderr)
     return docs, 0
+
+
+def _spawn_refusal(args: argparse.Namespace) -> str | None:
+    if not getattr(args, "script", None):
+        return None
+    from kubeddp.trainer.launcher.program_options import script_spawn_refusal
+
+    nodes = getattr(args, "elastic", None) or getattr(args, "nodes", None)
+    return script_spawn_refusal(args.script, nodes, getattr(args, "spawns_workers", None))
 
 
 def _print_warnings(command: str, docs: list[dict], source: str) -> None:

@@ -274,13 +274,26 @@ def program_spawns_workers(program: Program, flag: bool | None) -> bool:
         return flag
     if program.mode != "script":
         return False  # a module is not read: --spawns-workers says so
-    from kubeddp.trainer.launcher.script_check import spawns_workers
+    from kubeddp.trainer.launcher.spawn_detection import spawns_workers
 
     return spawns_workers(program.target)
 
 
+def script_spawn_refusal(script: str, nodes: str | int | None, flag: bool | None) -> str | None:
+    """`kubeddp render/submit --script`: launch's refusal, said before the job exists, when the
+    program starts its own workers on several nodes (`flag`: --spawns-workers/--no-...; else
+    read from the script when it is on this machine; an image path is left to the pod)."""
+    program = Program("script", script)
+    if flag is None and not os.path.isfile(script):
+        return None
+    return (
+        spawn_refusal(program, str(nodes or 1)) if program_spawns_workers(program, flag) else None
+    )
+
+
 def spawn_refusal(program: Program, nnodes: str) -> str | None:
-    """Why a program that spawns its own workers cannot run on these nodes (None: it can)."""
+    """Why a program that spawns its own workers cannot run on these nodes (None: it can):
+    launch's, render's and submit's one line."""
     if nnodes.rsplit(":", 1)[-1].strip() == "1":
         return None
     return (
