@@ -338,6 +338,10 @@ def test_render_refuses_a_spawning_program_on_several_nodes_as_launch_does() -> 
         assert line.startswith("kubeddp render: error: ") and "\n" not in line, line
         said[case] = line.split("error: ", 1)[1]
     assert said["detected"] == launch.stderr.strip().split("error: ", 1)[1]  # the same line
+    submit = kubeddp("submit", "pytorchjob", "--name", "sp", "--image", "kubeddp:cpu",
+                     "--nodes", "2", "--script", local)  # fmt: skip
+    assert submit.returncode == exit_codes.BAD_INPUT  # refused before any cluster is asked
+    assert submit.stderr.strip() == f"kubeddp submit: error: {said['detected']}"
     assert "the 1:3 nodes" in said["elastic"] and said["flag"].startswith("/app/s.py starts")
     detected = kubeddp(*RENDER, "--nodes", "2", "--script", "/app/not-here.py")
     assert detected.returncode == 0 and "spawns-workers" not in detected.stdout
