@@ -639,13 +639,13 @@ def train_main(argv: list[str]) -> int:
 
 
 def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
-    """What `kubeddp check` would say about the script, as warnings."""
+    """The pitfalls `kubeddp check` would name in the script, as warnings."""
     if args.script is None:
         return
     from kubeddp.trainer.launcher.script_check import warnings_for
 
     warned = warnings_for(args.script, args.nnodes, after_dash)
-    if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
+    if not any(" spawn-several-nodes: " in line for line in warned):  # launch refuses it
         for line in warned:
             _log(f"kubeddp train: warning: {line}")
 
