@@ -581,8 +581,9 @@ def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[s
     _log(f"[kubeddp] program runs in {checkpoint_dir} (relative paths land there)")
 
 
-def train_parser() -> argparse.ArgumentParser:
-    """`kubeddp train`'s options (torchrun's flags among them)."""
+def train_parser(torchrun_options: bool = True) -> argparse.ArgumentParser:
+    """`kubeddp train`'s options (torchrun's flags among them; `torchrun_options=False`: only
+    the ones kubeddp defines, without importing torch)."""
     p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
@@ -613,7 +614,8 @@ def train_parser() -> argparse.ArgumentParser:
     add_program_options(p)
     add_node_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
-    torchrun_cli.add_torchrun_options(p)
+    if torchrun_options:
+        torchrun_cli.add_torchrun_options(p)
     return p
 
 

@@ -16,8 +16,11 @@ accepted too, with its torchrun meaning: kubeddp passes it on to torchrun's agen
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 from kubeddp.trainer.launcher.user_input import rdzv_conf_problem
 
@@ -102,6 +105,26 @@ KUBEDDP_DECIDES = frozenset({
 # runpy.run_path in the worker's interpreter; torchrun would run our runner that way).
 DONE_HERE = frozenset({"no_python", "run_path"})
 PREFIX = "torchrun_"  # their dest in kubeddp train's namespace
+
+
+def torchrun_option_strings() -> list[str]:
+    """The installed torchrun's option strings, read from its source without importing torch
+    (1-2 s): for `kubeddp completion`, which a shell may run at every start. [] when the source
+    is not where a torch install keeps it."""
+    spec = importlib.util.find_spec("torch")  # a top-level package: nothing is imported
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    try:
+        source = Path(locations[0], "distributed", "run.py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+    except (IndexError, OSError, SyntaxError, ValueError):
+        return []
+    return [
+        arg.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+        for arg in node.args
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-"
+    ]
 
 
 @functools.cache
