@@ -481,6 +481,9 @@ TRANSPORT_ROWS = {  # misbehaviour: the command that meets it
     "drip": "status",
 }
 ANSWER_MISBEHAVIOUR = "wrong-kind"
+# What the line must say where the exit code alone would not show the fault: an answer that
+# drips in within each read's timeout is cut off at the request's, not waited for.
+API_MENTIONS = {"drip": ("not the whole answer in that time",)}
 
 
 def api_rows() -> list[Row]:
@@ -488,7 +491,14 @@ def api_rows() -> list[Row]:
     files = {"cm.yaml": _text(yaml.safe_dump(CONFIG_MAP)), "job.yaml": _text(yaml.safe_dump(job))}
     pairs = [*TRANSPORT_ROWS.items(), *((ANSWER_MISBEHAVIOUR, c) for c in API_COMMANDS)]
     return [
-        Row(f"api-{mode}-{command}", API_COMMANDS[command], CLUSTER_ERROR, (), files, api=mode)
+        Row(
+            f"api-{mode}-{command}",
+            API_COMMANDS[command],
+            CLUSTER_ERROR,
+            API_MENTIONS.get(mode, ()),
+            files,
+            api=mode,
+        )
         for mode, command in pairs
     ]
 
