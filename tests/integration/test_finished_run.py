@@ -25,6 +25,7 @@ from tests.helpers import faults, procs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN_SECONDS = 200
+RDZV_WAIT_SECONDS = 20
 
 
 def free_port() -> int:
@@ -43,7 +44,8 @@ def pod_env(index: int, port: int) -> dict[str, str]:
         "KUBEDDP_MASTER_PORT": str(port),
         "KUBEDDP_NNODES": "2",
         "KUBEDDP_NPROC_PER_NODE": "1",
-        constants.ENV_RDZV_WAIT_SECONDS: "3",
+        # Long enough for both pods to start on a loaded machine (they start together here).
+        constants.ENV_RDZV_WAIT_SECONDS: str(RDZV_WAIT_SECONDS),
     })  # fmt: skip
 
 
@@ -77,7 +79,7 @@ def test_a_pod_started_after_its_run_finished_exits_0_at_once(tmp_path: Path) ->
     assert "this run already finished" in again.output
     assert "waiting up to" not in again.output and "done:" not in again.output
 
-    # Another config is another run: it waits for its peer (3 s here) as before.
+    # Another config is another run: it waits for its peer (RDZV_WAIT_SECONDS) as before.
     changed = launch_argv(checkpoints, "--set", "train.max_steps=6")
     other = procs.run(changed, tmp_path / "other.log", RUN_SECONDS, pod_env(1, port))
     assert other.code == exit_codes.RDZV_UNREACHABLE, other.output[-3000:]
