@@ -66,6 +66,10 @@ ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often fil
 # The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
 # and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
 ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
+# Where the manifests mount the job's Secret <job>-keeper-token (read-only, in the keeper's pod
+# and every training pod) and the key that holds the secret: the file is DIR/KEY.
+KEEPER_TOKEN_DIR = "/var/run/secrets/kubeddp-keeper"
+KEEPER_TOKEN_KEY = "token"
 # The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
 # SIGTERM has for its save and its last send to the keeper (default below).
 ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
