@@ -24,10 +24,13 @@ $(VENV)/.installed: pyproject.toml
 
 # The main job: a local 2-process DDP run (CPU, gloo) of the built-in character language model.
 # Each demo starts afresh: its own checkpoints of the last demo are removed first (a run with
-# resume=never keeps another run's checkpoints apart rather than deleting them).
+# resume=never keeps another run's checkpoints apart rather than deleting them). They go to a
+# directory of the demo's own: checkpoints/, every run's default checkpoint.dir, stays free for
+# the README's next commands (a run refuses a checkpoint.dir that holds anything else).
+DEMO_CHECKPOINTS := demo-checkpoints
 demo: setup
-	rm -rf checkpoints/demo
-	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=checkpoints/demo --set checkpoint.resume=never
+	rm -rf $(DEMO_CHECKPOINTS)
+	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=$(DEMO_CHECKPOINTS) --set checkpoint.resume=never
 
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
 # Part one: pytest-xdist runs the unit and lint tests on UNIT_JOBS cores, with the integration
@@ -114,4 +117,4 @@ test-image: setup
 	$(BIN)/python -m pytest -q tests/e2e
 
 clean:
-	rm -rf checkpoints bench-results .pytest_cache
+	rm -rf checkpoints $(DEMO_CHECKPOINTS) bench-results .pytest_cache

@@ -103,3 +103,29 @@ def test_a_pod_lost_before_the_final_barrier_leaves_its_peer_retrying(tmp_path: 
     assert code0 >= exit_codes.RETRYABLE_FROM, out0[-3000:]
     assert "Traceback" not in out0 and "[kubeddp] finished" not in out0, out0[-3000:]
     assert not (checkpoints / RECORD_DIR / RECORD_NAME).exists()
+
+
+PROGRAM = "print('program says {word}', flush=True)\n"
+
+
+def test_an_edited_program_at_the_same_path_is_another_run(tmp_path: Path) -> None:
+    """A one-pod job of a user's script: started again after it finished, the pod exits 0 at
+    once; with the script edited (same path, same arguments, as a new image would bring it)
+    the pod runs it."""
+    checkpoints, script = tmp_path / "checkpoints", tmp_path / "train.py"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"checkpoint:\n  dir: {checkpoints}\nmetrics:\n  enabled: false\n")
+    script.write_text(PROGRAM.format(word="one"))
+    argv = procs.kubeddp_argv(
+        "launch", "--config", str(config), "--script", str(script), "--", "--epochs", "1"
+    )
+    env = {**pod_env(0, free_port()), "KUBEDDP_NNODES": "1"}
+    first = procs.run(argv, tmp_path / "first.log", RUN_SECONDS, env)
+    assert first.code == exit_codes.OK and "program says one" in first.output, first.output
+    again = procs.run(argv, tmp_path / "again.log", RUN_SECONDS, env)
+    assert again.code == exit_codes.OK and "this run already finished" in again.output
+    assert "program says" not in again.output, again.output
+    script.write_text(PROGRAM.format(word="two"))
+    edited = procs.run(argv, tmp_path / "edited.log", RUN_SECONDS, env)
+    assert edited.code == exit_codes.OK and "program says two" in edited.output, edited.output
+    assert "already finished" not in edited.output
