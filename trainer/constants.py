@@ -63,6 +63,8 @@ DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' p
 KEEPER_PORT = 9410
 ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
+# How often a pod waiting for its keeper says so (default 30 s; tests make it short).
+ENV_CHECKPOINT_KEEPER_SAY_SECONDS = "KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"
 # The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
 # and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
 ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
