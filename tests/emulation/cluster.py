@@ -330,6 +330,8 @@ class EmulatedCluster:
             key = f"emptydir-{plan.name}-{volume['name']}-{run.uid}"  # lives as long as the pod
         elif "projected" in volume:
             key = f"projected-{plan.name}-{volume['name']}-{run.uid}"  # the kubelet's, per pod
+        elif "secret" in volume:
+            key = f"secret-{plan.name}-{volume['name']}-{run.uid}"  # the kubelet's, per pod
         else:
             raise EmulationError(f"volume {volume['name']}: type not emulated")
         if key not in self.volumes:
@@ -339,7 +341,21 @@ class EmulatedCluster:
             self.volumes[key] = path
             if "projected" in volume:
                 self._project(plan, volume["projected"], path)
+            if "secret" in volume:
+                self._write_secret(volume["secret"], path)
         return self.volumes[key]
+
+    def _write_secret(self, source: dict[str, Any], path: Path) -> None:
+        """The kubelet's secret volume: the listed keys (else all) as files, mode 0644."""
+        assert self.plan is not None
+        name = source["secretName"]
+        if name not in self.plan.secrets:
+            raise EmulationError(f"Secret {name} not in manifest")
+        data = self.plan.secrets[name]
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            (path / item["path"]).write_bytes(data[item["key"]])
+            (path / item["path"]).chmod(source.get("defaultMode", 0o644))
 
     def _project(self, plan: PodPlan, projected: dict[str, Any], path: Path) -> None:
         """The kubelet's projected volume: a service-account token bound to the pod (from the
