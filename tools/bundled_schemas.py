@@ -25,6 +25,8 @@ CORE_KINDS = {
     "rbac.authorization.k8s.io/v1/Role": "role-rbac-v1.json",
     "rbac.authorization.k8s.io/v1/RoleBinding": "rolebinding-rbac-v1.json",
     "apps/v1/Deployment": "deployment-apps-v1.json",  # the checkpoint keeper
+    "v1/Secret": "secret-v1.json",  # its secret
+    "networking.k8s.io/v1/NetworkPolicy": "networkpolicy-networking-v1.json",  # who reaches it
 }
 # apiVersion/kind -> (bundled file, file under tests/reference/crds, served version)
 CRD_FILES = {

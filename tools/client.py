@@ -225,6 +225,11 @@ class Client:
         self._warn(command, docs, command)
         for line in notes:  # which storage the job uses, what the cluster must offer
             self.say(f"kubeddp {command}: {line}")
+        if command == "render":  # submit reads the StorageClass (_check_storage)
+            from kubeddp.tools.keeper_zones import zone_lines
+
+            for line in zone_lines(docs, None):
+                self.say(f"kubeddp {command}: {line}")
         return docs
 
     @staticmethod
@@ -339,6 +344,7 @@ class Client:
     def _check_storage(self, cluster: Any, docs: list[dict]) -> None:
         """The checkpoint claim against the cluster's StorageClasses where they can be read:
         a claim that would stay Pending is refused (one line), the rest a note."""
+        from kubeddp.tools.keeper_zones import zone_lines
         from kubeddp.tools.kube import KubeError
         from kubeddp.tools.storage_classes import check_claim, claims_of
 
@@ -352,6 +358,8 @@ class Client:
             return
         for claim in claims:
             self.say(f"kubeddp submit: checkpoints: {check_claim(claim, classes)}")
+        for line in zone_lines(docs, classes):
+            self.say(f"kubeddp submit: {line}")
 
     # ---- jobs on the cluster ---------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 from kubeddp.tools import k8s_names as names
-from kubeddp.tools import trainjob_submit
+from kubeddp.tools import submit_order, trainjob_submit
 from kubeddp.tools.job_lookup import NOT_FOUND, FoundJob
 from kubeddp.tools.job_status import terminal_state
 from kubeddp.tools.kinds import JobKind
@@ -20,23 +20,49 @@ from kubeddp.tools.kube import Cluster, KubeError
 from kubeddp.tools.resources import (
     CONFIG_MAP,
     DEPLOYMENT,
+    NETWORK_POLICY,
     PERSISTENT_VOLUME_CLAIM,
     POD_MONITOR,
+    SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
 )
 
 
 def submit(cluster: Cluster, docs: list[dict], dry_run: bool) -> Iterator[str]:
-    """Create each object in turn (a TrainJob waits for Trainer to see its runtime): a line
-    for each as it is made."""
+    """Create each object in turn: what the job needs first, the job, then the rest owned by
+    it (tools/submit_order.py; a TrainJob waits for Trainer to see its runtime). A line for
+    each as it is made."""
+    before, job, after = submit_order.in_order(docs)
+    if job is not None:
+        submit_order.refuse_existing(cluster, after)
+    made: list[dict] = []
+    owner = None
+    for doc in [*before, *([job] if job is not None else [])]:
+        created, note = trainjob_submit.create(cluster, doc, dry_run, made)
+        made.append(doc)
+        if doc is job:
+            owner = submit_order.owner_reference(created)
+        yield _line(cluster, doc, created, "created", note, dry_run)
+    for doc in after:
+        owned = submit_order.owned_by(doc, owner)
+        note = f"owned by {job['kind'].lower()}/{owner['name']}" if owned is not doc else ""
+        if submit_order.is_keeper_secret(doc):
+            created, kept = submit_order.create_or_keep_secret(cluster, owned, dry_run)
+            if kept:
+                yield _line(cluster, doc, created, "kept", submit_order.KEPT, dry_run)
+                continue
+        else:
+            created = cluster.create(owned, dry_run=dry_run)
+        yield _line(cluster, doc, created, "created", note, dry_run)
+
+
+def _line(cluster: Cluster, doc: dict, created: dict, verb: str, note: str, dry_run: bool) -> str:
+    meta = _mapping(created.get("metadata")) or _mapping(doc.get("metadata"))
+    namespace = meta.get("namespace") or cluster.namespace
     suffix = " (server dry run)" if dry_run else ""
-    for index, doc in enumerate(docs):
-        created, note = trainjob_submit.create(cluster, doc, dry_run, docs[:index])
-        meta = _mapping(created.get("metadata")) or _mapping(doc.get("metadata"))
-        namespace = meta.get("namespace") or cluster.namespace
-        line = f"{doc['kind'].lower()}/{meta.get('name')} created in {namespace}{suffix}"
-        yield f"{line}; {note}" if note else line
+    line = f"{doc['kind'].lower()}/{meta.get('name')} {verb} in {namespace}{suffix}"
+    return f"{line}; {note}" if note else line
 
 
 def _mapping(value: object) -> dict:
@@ -65,13 +91,16 @@ def wait(
 
 
 def delete(cluster: Cluster, kind: JobKind, name: str, delete_pvc: bool) -> Iterator[str]:
-    """The job, then what `kubeddp render` made for it; a missing companion is not an error.
+    """The job, then what `kubeddp render` made for it (what submit made the job own goes with
+    it anyway; a job applied with kubectl owns nothing); a missing companion is not an error.
     A line for each object as it is deleted."""
     cluster.delete(kind.resource, name)
     yield f"{kind.resource.kind.lower()}/{name} deleted"
     companions = [(CONFIG_MAP, f"{name}-config"), (POD_MONITOR, name)]
     companions += [(resource, name) for resource in kind.companions]
-    companions += [(DEPLOYMENT, f"{name}-keeper"), (SERVICE, f"{name}-keeper")]  # keeper
+    keeper = f"{name}{names.KEEPER_SUFFIX}"  # the checkpoint keeper, its secret, its policy
+    companions += [(DEPLOYMENT, keeper), (SERVICE, keeper), (NETWORK_POLICY, keeper)]
+    companions.append((SECRET, f"{name}{names.KEEPER_TOKEN_SUFFIX}"))
     if delete_pvc:
         companions.append((PERSISTENT_VOLUME_CLAIM, f"{name}-checkpoints"))
     # --create-service-account may name it anything: find it by the labels render gives it.

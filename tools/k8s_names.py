@@ -37,7 +37,8 @@ CONFIG_DIR = storage_rules.CONFIG_DIR
 CONFIG_KEY = posixpath.basename(trainer.CONFIG_FILE)  # the ConfigMap key mounted as that file
 SHM_DIR = storage_rules.SHM_DIR
 # The pod's own volumes (templates/_pod.tpl); a user's extra volume takes another name.
-KUBEDDP_VOLUMES = ("config", "checkpoints", "dshm", "tmp")
+KEEPER_TOKEN_VOLUME = "keeper-token"  # the job's keeper secret, mounted read-only
+KUBEDDP_VOLUMES = ("config", "checkpoints", "dshm", "tmp", KEEPER_TOKEN_VOLUME)
 # Where a user's volume may not be mounted: the checkpoints' place and where the checkpoints may
 # not be (kubeddp's other mounts and the image's paths: trainer/storage_rules.py).
 RESERVED_MOUNT_PATHS = (storage_rules.POD_DIR, *storage_rules.RESERVED)
@@ -52,7 +53,10 @@ IMAGE_UID = 1000
 # offer (what `helm install` prints in NOTES; `helm template` prints no NOTES)
 CHECKPOINTS_ANNOTATION = "kubeddp.io/checkpoints"
 KEEPER_LABEL = "kubeddp.io/checkpoint-keeper"  # value: the keeper's name; its Service selects it
-KEEPER_RESOURCES: dict = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+# the keeper's objects are named <job> + these: its Deployment, Service and NetworkPolicy; the
+# Secret with the job's keeper secret (templates/_keeper.tpl; `kubeddp delete` removes them)
+KEEPER_SUFFIX = "-keeper"
+KEEPER_TOKEN_SUFFIX = "-keeper-token"
 # The CPU image as built locally and loaded into kind (`kind load docker-image`); CI and
 # k8s/pytorchjob-cpu-gloo.yaml use this exact reference with imagePullPolicy IfNotPresent.
 IMAGE_CPU_LOCAL = "kubeddp:cpu"

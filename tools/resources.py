@@ -40,6 +40,9 @@ ROLE = Resource("Role", "rbac.authorization.k8s.io", "v1", "roles")
 ROLE_BINDING = Resource("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings")
 POD_MONITOR = Resource("PodMonitor", "monitoring.coreos.com", "v1", "podmonitors")
 DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments")  # the checkpoint keeper
+SECRET = Resource("Secret", "", "v1", "secrets")  # the checkpoint keeper's <job>-keeper-token
+# who may reach the checkpoint keeper: the job's pods only
+NETWORK_POLICY = Resource("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies")
 # The runtime kubeddp renders beside a TrainJob (trainJob.ownRuntime), named after the job.
 TRAINING_RUNTIME = Resource(
     "TrainingRuntime", "trainer.kubeflow.org", "v1alpha1", "trainingruntimes"
@@ -49,8 +52,10 @@ TRAINING_RUNTIME = Resource(
 APPLY_FIRST = (
     SERVICE_ACCOUNT,
     CONFIG_MAP,
+    SECRET,
     PERSISTENT_VOLUME_CLAIM,
     SERVICE,
+    NETWORK_POLICY,
     DEPLOYMENT,
     TRAINING_RUNTIME,
 )
@@ -58,8 +63,10 @@ APPLY_LAST = (POD_MONITOR,)
 # The objects beside a job that kubeddp renders, submits or reads.
 COMPANION_RESOURCES = (
     CONFIG_MAP,
+    SECRET,
     PERSISTENT_VOLUME_CLAIM,
     SERVICE,
+    NETWORK_POLICY,
     DEPLOYMENT,
     POD,
     SERVICE_ACCOUNT,

@@ -48,13 +48,28 @@ def _installed(module: str) -> bool:
         return False
 
 
+SECRET_VALUES = ("data", "stringData")  # a Secret's values: never in a message
+
+
+def _message(doc: dict, path: list[Any], error: Any) -> str:
+    """The error's message; for a value of a Secret, what is wrong without the value."""
+    if doc.get("kind") != "Secret" or not path or path[0] not in SECRET_VALUES:
+        return error.message
+    if error.validator == "type":
+        return f"must be of type {error.validator_value} (the value is not shown: a secret)"
+    return f"is not valid ({error.validator}; the value is not shown: a secret)"
+
+
 def core_issues(doc: dict) -> list[Issue]:
     import jsonschema
 
     validator = bundled_schemas.core_validator(f"{doc.get('apiVersion')}/{doc.get('kind')}")
     if validator is not None:
         error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
-        return [] if error is None else [(join_path(list(error.absolute_path)), error.message)]
+        if error is None:
+            return []
+        path = list(error.absolute_path)
+        return [(join_path(path), _message(doc, path, error))]
     if not _installed("kubernetes_validate"):
         raise SchemaUnavailable(f"{doc.get('apiVersion')} {doc.get('kind')}")
     import kubernetes_validate

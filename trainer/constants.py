@@ -63,9 +63,15 @@ DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' p
 KEEPER_PORT = 9410
 ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
+# How often a pod waiting for its keeper says so (default 30 s; tests make it short).
+ENV_CHECKPOINT_KEEPER_SAY_SECONDS = "KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"
 # The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
 # and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
 ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
+# Where the manifests mount the job's Secret <job>-keeper-token (read-only, in the keeper's pod
+# and every training pod) and the key that holds the secret: the file is DIR/KEY.
+KEEPER_TOKEN_DIR = "/var/run/secrets/kubeddp-keeper"
+KEEPER_TOKEN_KEY = "token"
 # The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
 # SIGTERM has for its save and its last send to the keeper (default below).
 ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
@@ -85,6 +91,7 @@ ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
     ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
+    ENV_CHECKPOINT_KEEPER_SAY_SECONDS,
 )  # fmt: skip
 # Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"

@@ -36,6 +36,7 @@ CLUSTER_ERROR = 3
 INTERNAL_ERROR = 4
 RETRIES_EXHAUSTED = 5
 NONFINITE = 6
+KEEPER_UNREACHABLE = 7
 WAIT_TIMEOUT = 124
 INTERRUPTED = 130
 KILLED = 137
@@ -95,6 +96,15 @@ TABLE: tuple[ExitCode, ...] = (
         "the loss or gradient norm became NaN or infinite (the log names the step and rank; "
         "diagnostics.on_nonfinite=stop or keep_last_good)",
         "lower the learning rate, clip gradients or fix the data; a retry would diverge again",
+    ),
+    ExitCode(
+        KEEPER_UNREACHABLE,
+        "keeper unreachable",
+        "training",
+        "the job's checkpoint keeper did not answer within the pod's wait: the rendezvous wait "
+        "x (retries.without_progress + 1); every 30 s the log named the keeper and what to check",
+        "check the keeper pod <job>-keeper (Pending: node selectors, taints, its claim's zone), "
+        "its claim, the NetworkPolicy <job>-keeper and the Secret <job>-keeper-token; resubmit",
     ),
     ExitCode(
         WAIT_TIMEOUT, "timeout", "cli", "kubeddp wait: still running at --timeout", "wait longer"

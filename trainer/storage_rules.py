@@ -8,8 +8,8 @@ The trainer reads them here; `make chart` writes them into the chart's templates
 - where the checkpoints volume is mounted in a pod: at checkpoint.dir, or at POD_DIR as
   scratch space when the checkpoints are in object storage;
 - which checkpoint.dir a pod may have: an absolute, clean path (VOLUME_DIR), not on, over or
-  under RESERVED (the pod's other mounts and the image's own paths; the chart's `volumes`
-  schema keeps a user's mounts off them too);
+  under RESERVED (the pod's other mounts, the keeper's secret among them, and the image's own
+  paths; the chart's `volumes` schema keeps a user's mounts off them too);
 - the kinds of storage a pod gets, in the order the chart decides: the object store its
   checkpoint.dir names; EMPTY_DIR (checkpoints.lostOnRetry); then a claim, reached as
   CLAIM_STORAGES say (checkpoints.storage; unset: KEEPER when several pods share a claim that
@@ -44,7 +44,7 @@ IMAGE_PATHS = (
     "/opt/venv", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/passwd", "/etc/group",
     "/proc", "/sys", "/dev",
 )  # fmt: skip
-RESERVED = (SHM_DIR, CONFIG_DIR, constants.SCRATCH_DIR, *IMAGE_PATHS)
+RESERVED = (SHM_DIR, CONFIG_DIR, constants.SCRATCH_DIR, constants.KEEPER_TOKEN_DIR, *IMAGE_PATHS)
 KEEPER, MOUNT, EMPTY_DIR = "keeper", "mount", "emptyDir"
 CLAIM_STORAGES = (KEEPER, MOUNT)  # checkpoints.storage: how the pods reach the claim
 

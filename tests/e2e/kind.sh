@@ -349,6 +349,9 @@ leg_training_operator() {
   install_training_operator
 
   log "(a) k8s/pytorchjob-cpu-gloo.yaml"
+  # k8s/ carries no secret (anyone may read it): its header says to make the keeper's first
+  kubectl create secret generic kubeddp-cpu-keeper-token \
+    --from-literal=token="$(head -c 32 /dev/urandom | base64)"
   apply_job k8s/pytorchjob-cpu-gloo.yaml
   wait_job pytorchjob kubeddp-cpu
   assert_trained training.kubeflow.org/job-name=kubeddp-cpu 2

@@ -27,6 +27,11 @@ Deviations from a real cluster, each on purpose:
   access mode unless a test gives the cluster other classes.
 - the container's terminationMessagePath is a file per pod incarnation, named to the
   container by KUBEDDP_TERMINATION_LOG (the kubelet mounts it at /dev/termination-log);
+- nodes are spread over three zones; a pod using a zonal disk is placed in the disk's zone
+  (storage.py). `lose_nodes` models a node loss: its pods' processes are SIGKILLed; a
+  Deployment's pod is evicted after the node.kubernetes.io/unreachable toleration (300 s,
+  DefaultTolerationSeconds) and replaced, and its volumes are force-detached 6 min after that;
+  `node_loss_scale` shrinks both for tests;
 - the Job controller's pod-recreation back-off (10 s doubling, 6 min cap) is real by default;
   `job_backoff_scale` shrinks it for tests that only need its order of events;
 - with `trainjob_status` (Trainer's TrainJobStatus gate) the controller's status server is
@@ -95,6 +100,9 @@ POLL_SECONDS = 0.2
 KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 # The kubelet's first restart back-off (CrashLoopBackOff starts at 10 s).
 RESTART_DELAY_SECONDS = 10.0
+ZONES = ("zone-a", "zone-b", "zone-c")
+EVICTION_SECONDS = 300.0  # DefaultTolerationSeconds: node.kubernetes.io/unreachable
+FORCE_DETACH_SECONDS = 360.0  # attach/detach controller: ReconcilerMaxWaitForUnmountDuration
 DISRUPTION_TARGET = "DisruptionTarget"
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 # kubelet: FallbackToLogsOnError takes the last 80 lines or 2048 bytes of the log, the smaller
@@ -176,6 +184,8 @@ class PodRun:
     kill_at: float | None = None  # end of the termination grace period
     done: bool = False  # the pod is finished (succeeded, or failed and replaced)
     node: str = ""  # the node it is scheduled on
+    zone: str = ""  # that node's zone
+    evict_at: float | None = None  # its node is lost: when the node controller evicts it
     pending: str = ""  # why it has not started (its volumes), "" once it runs
     gone: bool = False  # deleted: no DNS record any more
     ended_at: float | None = None  # time.monotonic() when its container ended
@@ -213,6 +223,7 @@ class EmulatedCluster:
         storage_classes: list[StorageClass] | None = None,
         job_backoff_scale: float = 1.0,
         trainjob_status: bool = False,
+        node_loss_scale: float = 1.0,
     ) -> None:
         self.pod_security = pod_security  # the namespace's enforced level: None | restricted
         # Paths the image holds (what its Dockerfile COPYs, e.g. /app/train.py) -> the host file
@@ -220,6 +231,7 @@ class EmulatedCluster:
         self.image_files = dict(image_files or {})
         self.restart_delay_seconds = restart_delay_seconds
         self.job_backoff_scale = job_backoff_scale
+        self.node_loss_scale = node_loss_scale
         # pod name -> (time.monotonic() to create it, its plan, attempt): the Job controller's
         # recreation back-off
         self.pending: dict[str, tuple[float, PodPlan, int]] = {}
@@ -330,6 +342,8 @@ class EmulatedCluster:
             key = f"emptydir-{plan.name}-{volume['name']}-{run.uid}"  # lives as long as the pod
         elif "projected" in volume:
             key = f"projected-{plan.name}-{volume['name']}-{run.uid}"  # the kubelet's, per pod
+        elif "secret" in volume:
+            key = f"secret-{plan.name}-{volume['name']}-{run.uid}"  # the kubelet's, per pod
         else:
             raise EmulationError(f"volume {volume['name']}: type not emulated")
         if key not in self.volumes:
@@ -339,7 +353,21 @@ class EmulatedCluster:
             self.volumes[key] = path
             if "projected" in volume:
                 self._project(plan, volume["projected"], path)
+            if "secret" in volume:
+                self._write_secret(volume["secret"], path)
         return self.volumes[key]
+
+    def _write_secret(self, source: dict[str, Any], path: Path) -> None:
+        """The kubelet's secret volume: the listed keys (else all) as files, mode 0644."""
+        assert self.plan is not None
+        name = source["secretName"]
+        if name not in self.plan.secrets:
+            raise EmulationError(f"Secret {name} not in manifest")
+        data = self.plan.secrets[name]
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            (path / item["path"]).write_bytes(data[item["key"]])
+            (path / item["path"]).chmod(source.get("defaultMode", 0o644))
 
     def _project(self, plan: PodPlan, projected: dict[str, Any], path: Path) -> None:
         """The kubelet's projected volume: a service-account token bound to the pod (from the
@@ -435,6 +463,8 @@ class EmulatedCluster:
         run = PodRun(plan, attempt, ns, address, log_dir / f"{plan.name}.{attempt}.log")
         run.init_left = list(plan.init_containers)
         run.node = f"node-{self._nodes}"
+        # the scheduler places a pod whose zonal disk exists in the disk's zone
+        run.zone = self.storage.zone_of(claim_names(plan.volumes)) or ZONES[self._nodes % 3]
         self._nodes += 1
         self.pods[plan.name] = run
         self.history.append(run)
@@ -446,14 +476,14 @@ class EmulatedCluster:
     def _schedule(self, run: PodRun) -> None:
         """Start the pod if its claims let it run on its node, else leave it Pending."""
         claims = claim_names(run.plan.volumes)
-        reason = self.storage.blocked(run.plan.name, run.node, claims)
+        reason = self.storage.blocked(run.plan.name, run.node, claims, run.zone)
         if reason:
             if reason != run.pending:
                 self.status.events.append(reason)
             run.pending = reason
             return
         run.pending = ""
-        self.storage.attach(run.plan.name, run.node, claims)
+        self.storage.attach(run.plan.name, run.node, claims, run.zone)
         self._next_step(run)
 
     def _next_step(self, run: PodRun) -> None:
@@ -566,6 +596,27 @@ class EmulatedCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
+    def lose_nodes(self, *names: str) -> None:
+        """The nodes of these pods are lost: every process SIGKILLed (the job's pods end 137,
+        as the operator sees them); a Deployment's pod waits for its eviction (tick)."""
+        for name in names:
+            run = self.pods[name]
+            self.kill_pod(name, signal.SIGKILL)
+            if run.plan.replica_type == "Deployment":
+                run.evict_at = time.monotonic() + EVICTION_SECONDS * self.node_loss_scale
+                self.status.events.append(f"{name}: node {run.node} ({run.zone}) lost")
+
+    def _evict(self, name: str, run: PodRun) -> None:
+        """The node controller evicts the lost node's pod; the ReplicaSet replaces it; its
+        volumes stay attached to the lost node until the force-detach."""
+        run.done = run.gone = True
+        kill_netns_processes(run.ns)
+        self._drop_namespace(run.ns)
+        detach_at = time.monotonic() + FORCE_DETACH_SECONDS * self.node_loss_scale
+        self.storage.node_lost(name, detach_at)
+        self.status.events.append(f"{name}: evicted from the lost node {run.node}")
+        self._create_pod(run.plan, run.attempt + 1)
+
     def preempt_pod(self, name: str, grace_seconds: float | None = None) -> None:
         """Scheduler preemption / eviction: the pod gets the DisruptionTarget condition, its
         container's main process SIGTERM, and SIGKILL at the end of the grace period."""
@@ -631,6 +682,10 @@ class EmulatedCluster:
                 continue
             if run.pending:
                 self._schedule(run)
+                continue
+            if run.evict_at is not None:  # on a lost node: nothing runs, nothing restarts
+                if now >= run.evict_at:
+                    self._evict(name, run)
                 continue
             ended = self._ended(run)
             if ended is None:

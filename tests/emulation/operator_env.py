@@ -14,6 +14,7 @@ kubernetes/api v0.36.2 / the Kubernetes Job controller (K8S).
 
 from __future__ import annotations
 
+import base64
 import copy
 import csv
 import functools
@@ -145,6 +146,7 @@ class JobPlan:
     elastic: bool = False
     pod_failure_rules: list[dict[str, Any]] = field(default_factory=list)  # batch/v1 Job
     configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, bytes]] = field(default_factory=dict)  # name -> key -> value
     claims: list[dict[str, Any]] = field(default_factory=list)  # PersistentVolumeClaims to make
     deployments: list[PodPlan] = field(default_factory=list)  # pods of Deployments beside the job
     # TrainJob: the JobSet's failurePolicy (None: the first failed Job fails the JobSet)
@@ -684,10 +686,19 @@ def plan_from_documents(docs: list[dict[str, Any]]) -> JobPlan:
     else:
         plan = indexedjob_plan(job)
     plan.configmaps = configmaps
+    plan.secrets = {d["metadata"]["name"]: secret_data(d) for d in docs if d["kind"] == "Secret"}
     plan.claims = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
     services = [d for d in docs if d["kind"] == "Service"]
     plan.deployments = [deployment_pod(d, services) for d in docs if d["kind"] == "Deployment"]
     return plan
+
+
+def secret_data(secret: dict[str, Any]) -> dict[str, bytes]:
+    """A Secret's keys as the kubelet writes them: `data` base64-decoded, `stringData` as is
+    (the API server merges stringData over data)."""
+    data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+    data.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
+    return data
 
 
 def deployment_pod(deployment: dict[str, Any], services: list[dict[str, Any]]) -> PodPlan:

@@ -17,6 +17,10 @@ CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a cla
 PODS = f"/api/v1/namespaces/{NS}/pods"
 SERVICES = f"/api/v1/namespaces/{NS}/services"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"  # the checkpoint keeper (2+ pods)
+SECRETS = f"/api/v1/namespaces/{NS}/secrets"  # the keeper's secret
+NETWORK_POLICIES = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+# What `kubeddp submit` of a job with a keeper (2+ pods) posts after the job, in order
+KEEPER_JOB_COMPANIONS = (CONFIGMAPS, SECRETS, CLAIMS, SERVICES, NETWORK_POLICIES, DEPLOYMENTS)
 STORAGE_CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 

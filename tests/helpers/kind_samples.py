@@ -82,6 +82,17 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "checkpoints.accessMode": {"checkpoints": {"accessMode": "ReadWriteMany"}},
     "checkpoints.storage": {"checkpoints": {"storage": "mount"}, "nodes": 2},
     "checkpoints.lostOnRetry": {"checkpoints": {"lostOnRetry": True}},
+    # the keeper's settings, on a job of two pods (one keeper holds the claim)
+    "keeper.existingSecret": {"nodes": 2, "keeper": {"existingSecret": "mine"}},
+    "keeper.networkPolicy": {"nodes": 2, "keeper": {"networkPolicy": False}},
+    "keeper.nodeSelector": {"nodes": 2, "keeper": {"nodeSelector": {"pool": "cpu"}}},
+    "keeper.tolerations": {
+        "nodes": 2,
+        "keeper": {"tolerations": [{"key": "keeper", "operator": "Exists"}]},
+    },
+    "keeper.affinity": {"nodes": 2, "keeper": {"affinity": AFFINITY}},
+    "keeper.priorityClassName": {"nodes": 2, "keeper": {"priorityClassName": "low"}},
+    "keeper.resources": {"nodes": 2, "keeper": {"resources": {"limits": {"memory": "1Gi"}}}},
     "monitoring.podMonitor.enabled": {"monitoring": {"podMonitor": {"enabled": True}}},
     "monitoring.podMonitor.labels": {
         "monitoring": {"podMonitor": {"enabled": True, "labels": {"a": "b"}}}

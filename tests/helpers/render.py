@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import copy
+
 from kubeddp.tools.chart.render import render_documents
 from kubeddp.tools.chart.render_options import values_from_args
 from kubeddp.tools.cli import parse_command
@@ -17,3 +20,25 @@ def job_of(*argv: str) -> dict:
     """The job object (PyTorchJob, TrainJob or batch/v1 Job) of a render."""
     (job,) = [d for d in render_job(*argv) if d["kind"] in ("PyTorchJob", "TrainJob", "Job")]
     return job
+
+
+def pod_templates(job: dict) -> list[dict]:
+    """The pod templates of a rendered job (a TrainJob's: the pod of its runtimePatches)."""
+    if job["kind"] == "PyTorchJob":
+        return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+    if job["kind"] == "TrainJob":
+        patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+        return [patch["replicatedJobs"][0]["template"]["spec"]["template"]]
+    return [job["spec"]["template"]]
+
+
+def secret_values_masked(docs: list[dict]) -> list[dict]:
+    """The objects with each Secret's values replaced by their decoded length: every render
+    makes a new keeper secret (Helm's randBytes; `helm upgrade` keeps the old one), and nothing
+    else of two renders of the same values differs."""
+    masked = copy.deepcopy(docs)
+    for doc in masked:
+        if doc.get("kind") == "Secret":
+            data = doc.get("data") or {}
+            doc["data"] = {key: f"<{len(base64.b64decode(v))} bytes>" for key, v in data.items()}
+    return masked

@@ -146,3 +146,31 @@ def test_the_webhook_probe_can_pass_a_server_dry_run(calls) -> None:
                 api.create(doc, dry_run=True)
             except Refused as refused:
                 pytest.fail(f"{doc['kind']} of the probe: {refused.message}")
+
+
+def _mounted_secrets(node: object) -> set[str]:
+    """Every Secret a volume in `node` names."""
+    if isinstance(node, dict):
+        found = {str(node["secretName"])} if "secretName" in node else set()
+        return found.union(*(_mounted_secrets(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_mounted_secrets(item) for item in node))
+    return set()
+
+
+def test_every_secret_an_applied_job_mounts_is_made_before_it(calls) -> None:
+    """A file that names the keeper's Secret without carrying it (k8s/ holds no secret: anyone
+    may read it) must have it made first, or its pods wait for it forever."""
+    made: set[str] = set()
+    checked = 0
+    for argv, path in calls:
+        if argv[:4] == ["kubectl", "create", "secret", "generic"]:
+            made.add(argv[4])
+        path = path or (REPO / argv[-1] if (REPO / argv[-1]).is_file() else None)  # k8s/...
+        if argv[:2] == ["kubectl", "apply"] and path and "--dry-run=server" not in argv:
+            docs = _documents(path)
+            carried = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+            missing = _mounted_secrets(docs) - carried - made
+            assert not missing, f"{argv[-1]} mounts {sorted(missing)}, made by nobody before"
+            checked += bool(_mounted_secrets(docs) - carried)
+    assert checked, "no applied file names a Secret it does not carry (k8s/ should)"

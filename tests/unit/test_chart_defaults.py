@@ -98,7 +98,8 @@ def test_defaults_are_the_designed_ones() -> None:
     values = load_yaml("values.yaml")
     assert values["kind"] == "PyTorchJob"
     assert values["shmSize"] == "8Gi"
-    assert values["terminationGracePeriodSeconds"] > C.PREEMPT_GRACE_SECONDS
+    # null: 120 s, or behind a keeper the save plus the send of a checkpoint (_keeper.tpl)
+    assert values["terminationGracePeriodSeconds"] is None
     assert values["istio"]["optOut"] is True
     assert values["nodes"] is values["nprocPerNode"] is None
     assert values["gpusPerNode"] == 0
@@ -113,6 +114,13 @@ def test_defaults_are_the_designed_ones() -> None:
         "accessMode": None,
         "storage": None,
         "lostOnRetry": False,
+    }
+    # the keeper: a secret of the chart's making, a NetworkPolicy, the training pods' placement
+    assert values["keeper"] == {
+        "existingSecret": "",
+        "networkPolicy": True,
+        **dict.fromkeys(("nodeSelector", "tolerations", "affinity", "priorityClassName"), None),
+        "resources": None,  # keeper_sizing's requests and limits
     }
     assert values["pytorchJob"] == {"masterReplica": False}  # Workers only: no init-pytorch
     assert values["trainJob"] == {

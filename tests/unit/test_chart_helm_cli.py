@@ -26,6 +26,7 @@ from tests.helpers import helm_cli
 from tests.helpers.chart import CHART, CI_FILES, NAMESPACE, RELEASE, ci_values, render
 from tests.helpers.chart_refusals import FAIL_RULES, SCHEMA_REJECTS
 from tests.helpers.helm_cli import HELM_3_OLDEST, KUBECTL, RELEASES, Release
+from tests.helpers.render import secret_values_masked
 
 K8S = CHART.parents[1] / "k8s"
 SCHEMA_HEADER = "values don't meet the specifications of the schema"
@@ -59,7 +60,9 @@ def values_file(tmp_path: Path, values: dict[str, Any]) -> str:
 
 
 def ordered(docs: list[dict]) -> list[dict]:
-    return sorted((doc for doc in docs if doc), key=lambda d: (d["kind"], d["metadata"]["name"]))
+    """By kind and name; a Secret's values masked (each render makes a new keeper secret)."""
+    docs = secret_values_masked([doc for doc in docs if doc])
+    return sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
 def objects(text: str) -> list[dict]:

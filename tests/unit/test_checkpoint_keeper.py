@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from kubeddp.trainer import exit_codes
 from kubeddp.trainer.launcher.checkpoint_sync import (
     CheckpointSync,
     KeeperError,
@@ -27,7 +28,12 @@ from kubeddp.trainer.launcher.checkpoint_sync import (
     within,
 )
 from kubeddp.trainer.launcher.keeper_client import KeeperClient
-from kubeddp.trainer.launcher.keeper_reach import wait_for_keeper
+from kubeddp.trainer.launcher.keeper_reach import (
+    KeeperGaveUp,
+    say_seconds,
+    wait_budget,
+    wait_for_keeper,
+)
 from tests.helpers import procs
 from tests.helpers.keeper import (
     Keeper,
@@ -340,6 +346,33 @@ def test_an_absent_keeper_is_a_bounded_wait_said_every_interval(tmp_path: Path) 
         KeeperClient("s3://bucket")
 
 
+def test_the_wait_for_an_absent_keeper_is_the_pods_whole_budget_in_one_process(
+    served: Keeper,
+) -> None:
+    """A real closed port: with a retry limit the pod waits one rendezvous wait per start the
+    budget allows, saying so, then gives up (fatal); a keeper that answers ends the wait."""
+    port = free_port()
+    client = KeeperClient(f"http://127.0.0.1:{port}", timeout=1)
+    lines: list[str] = []
+    with pytest.raises(KeeperGaveUp) as gave_up:
+        wait_for_keeper(client, 0.5, lines.append, limit=2, say_every=0.4)
+    assert wait_budget(0.5, 2) == 1.5 and wait_budget(0.5, 0) == 0.5
+    said = str(gave_up.value)
+    assert "did not answer within 1.5 s" in said and "retries.without_progress 2 + 1" in said
+    for what in ("kubeddp.io/checkpoint-keeper=127", "kubectl get pvc", "NetworkPolicy 127",
+                 "Secret 127-token"):  # fmt: skip
+        assert what in said, said
+    # said while it waits, each time with the whole budget, not one rendezvous wait
+    assert lines and all("of 1.5 s" in line for line in lines), lines
+    assert exit_codes.BY_CODE[exit_codes.KEEPER_UNREACHABLE].retryable is False
+    said_before = len(lines)
+    wait_for_keeper(served.client(), 0.5, lines.append, limit=2, say_every=0.1)
+    assert len(lines) == said_before  # answered at once: nothing said, nothing raised
+    with pytest.raises(KeeperSettingError, match="KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS='x'"):
+        say_seconds({"KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS": "x"})
+    assert say_seconds({}) == 30.0
+
+
 def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
     argv = [sys.executable, "-m", "kubeddp", "launch", "--nproc-per-node", "1", *args]
@@ -349,22 +382,30 @@ def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Compl
 
 
 @pytest.mark.timeout(600)
-def test_launch_without_its_keeper_exits_202_then_5_and_with_a_bad_setting_exits_2(
+def test_launch_without_its_keeper_ends_fatal_after_its_budget_and_with_a_bad_setting_exits_2(
     tmp_path: Path,
 ) -> None:
-    """The keeper not up within the wait is retried (>= 128), counted in the pod's own record
-    (the retry budget's lives on the keeper): at the limit the pod ends (5). A bad address or a
+    """The keeper not up within the pod's budget (rendezvous wait × (retries.without_progress
+    + 1), kept in this process: a recreated pod's count would start again) ends the pod with
+    7, fatal on every kind; with no retry limit one wait is retried (202). A bad address or a
     missing secret file is not retried."""
-    ck = tmp_path / "ck"  # an emptyDir: kept across restarts of the container in place
+    ck = tmp_path / "ck"
     env = {"KUBEDDP_CHECKPOINT_KEEPER": f"http://127.0.0.1:{free_port()}",
-           "KUBEDDP_RDZV_WAIT_SECONDS": "1", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}  # fmt: skip
-    args = ("--", "--set", f"checkpoint.dir={ck}", "--set", "retries.without_progress=1")
-    for expected in (202, 5):
+           "KUBEDDP_RDZV_WAIT_SECONDS": "1", "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+           "KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS": "0.5"}  # fmt: skip
+    for limit, expected, within_s in ((2, 7, "3"), (0, 202, "1")):
+        args = ("--", "--set", f"checkpoint.dir={ck}", "--set", f"retries.without_progress={limit}")
         done = _launch(tmp_path, env, *args)
-        lines = [line for line in done.stderr.splitlines() if "error" in line]
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
         assert done.returncode == expected, done.stderr
-        assert len(lines) == 1 and "did not answer within 1 s" in lines[0], done.stderr
-    assert "started 2 times without reaching it" in lines[0]
+        assert len(errors) == 1 and f"did not answer within {within_s} s" in errors[0], done.stderr
+        assert f"exit code {expected} (" in errors[0], errors
+        waiting = [line for line in done.stderr.splitlines() if "has not answered for" in line]
+        assert waiting and all(f"of {within_s} s" in line for line in waiting), done.stderr
+    env["KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"] = "0"
+    done = _launch(tmp_path, env, *args)
+    assert done.returncode == 2 and "KEEPER_SAY_SECONDS='0'" in done.stderr, done.stderr
+    del env["KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"]
     env["KUBEDDP_CHECKPOINT_KEEPER"] = "ftp://keeper"
     done = _launch(tmp_path, env, *args)
     assert done.returncode == 2 and "is not http://HOST:PORT" in done.stderr, done.stderr

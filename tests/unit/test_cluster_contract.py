@@ -20,6 +20,8 @@ from tests.helpers.cluster_commands import (
     CRD_PATH,
     CRDS,
     DEPLOYMENTS,
+    KEEPER_JOB_COMPANIONS,
+    NETWORK_POLICIES,
     NS,
     PODS,
     PODS_LIST,
@@ -27,6 +29,7 @@ from tests.helpers.cluster_commands import (
     PYTORCHJOB_STATUS,
     PYTORCHJOBS,
     RUNTIMES,
+    SECRETS,
     SERVICES,
     STORAGE_CLASSES,
     TRAINJOBS,
@@ -47,11 +50,8 @@ def api(tmp_path, monkeypatch):
 
 
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
-    api.route("POST", CONFIGMAPS, 201, lambda: api.calls("POST")[-1]["body"])
-    api.route("POST", CLAIMS, 201, lambda: api.calls("POST")[-1]["body"])
-    api.route("POST", SERVICES, 201, lambda: api.calls("POST")[-1]["body"])
-    api.route("POST", DEPLOYMENTS, 201, lambda: api.calls("POST")[-1]["body"])
-    api.route("POST", PYTORCHJOBS, 201, lambda: api.calls("POST")[-1]["body"])
+    for path in (PYTORCHJOBS, *KEEPER_JOB_COMPANIONS):
+        api.route("POST", path, 201, lambda: api.calls("POST")[-1]["body"])
     code, out, err = run(
         [
             "submit",
@@ -69,11 +69,13 @@ def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
     )
     assert code == 0, err
     posts = api.calls("POST")
-    assert [p["path"] for p in posts] == [CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS]
+    # the job first, then what it owns (here no uid comes back: nothing is owned)
+    assert [p["path"] for p in posts] == [PYTORCHJOBS, *KEEPER_JOB_COMPANIONS]
     assert all(p["query"] == {"dryRun": "All"} for p in posts)
     assert all(p["authorization"] == f"Bearer {TOKEN}" for p in api.requests)
-    assert posts[4]["body"]["kind"] == "PyTorchJob"
-    assert posts[4]["body"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert posts[0]["body"]["kind"] == "PyTorchJob"
+    assert posts[0]["body"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert not any("ownerReferences" in p["body"]["metadata"] for p in posts)
     assert "pytorchjob/demo created in team (server dry run)" in out
 
 
@@ -89,7 +91,7 @@ def test_submit_without_dry_run_sends_no_dry_run_query(api, capsys):
     posts = api.calls("POST")
     assert [p["query"] for p in posts] == [{}, {}, {}, {}]
     # the job's own TrainingRuntime exists before the TrainJob that refers to it
-    assert [p["path"] for p in posts][-2:] == [RUNTIMES, TRAINJOBS]
+    assert [p["path"] for p in posts] == [RUNTIMES, TRAINJOBS, CONFIGMAPS, CLAIMS]
 
 
 def test_status_shows_each_pods_termination_message(api, capsys):
@@ -156,6 +158,7 @@ def test_missing_trainjob_crd_on_submit_says_install_trainer(api, capsys):
 
 
 def test_forbidden_names_verb_resource_and_rbac_file(api, capsys):
+    api.route("POST", PYTORCHJOBS, 201)  # the job first: then its ConfigMap is refused
     api.route(
         "POST",
         CONFIGMAPS,
@@ -175,6 +178,7 @@ def test_forbidden_names_verb_resource_and_rbac_file(api, capsys):
 
 
 def test_already_exists_says_delete_first(api, capsys):
+    api.route("POST", PYTORCHJOBS, 201)
     api.route(
         "POST",
         CONFIGMAPS,
@@ -183,6 +187,19 @@ def test_already_exists_says_delete_first(api, capsys):
     )
     code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
     assert code == CLUSTER_ERROR and "already exists" in err and "kubeddp delete" in err
+
+
+def test_a_companion_left_by_an_earlier_job_is_refused_before_the_job_is_made(api, capsys):
+    """A ConfigMap an earlier job of this name left behind (nothing owned it): the new job must
+    not start with it, so nothing is created."""
+    api.route("GET", f"{CONFIGMAPS}/kubeddp-config", 200, {"kind": "ConfigMap", "apiVersion": "v1",
+              "metadata": {"name": "kubeddp-config"}})  # fmt: skip
+    api.route("POST", PYTORCHJOBS, 201)
+    code, _, err = run(["submit", "pytorchjob", "--validate-against", "offline"], capsys)
+    assert code == CLUSTER_ERROR, err
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "configmaps 'kubeddp-config' already exists in namespace 'team'" in line, line
+    assert "kubeddp delete" in line and api.calls("POST") == []
 
 
 def test_no_kubeconfig_is_one_clear_line(tmp_path, monkeypatch, capsys):
@@ -379,6 +396,8 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
         f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors/demo",
         f"{DEPLOYMENTS}/demo-keeper",
         f"{SERVICES}/demo-keeper",
+        f"{NETWORK_POLICIES}/demo-keeper",
+        f"{SECRETS}/demo-keeper-token",
     ]
     assert deletes[0]["body"]["propagationPolicy"] == "Background"
     assert "pytorchjob/demo deleted" in out
@@ -443,8 +462,11 @@ def test_auto_validation_falls_back_offline_when_crds_are_not_readable(api, caps
     code, out, err = run(["submit", "pytorchjob", "--name", "demo"], capsys)
     assert code == 0, err
     assert "validating offline" in err and "customresourcedefinitions" in err
-    # the CRD, the StorageClasses (absent here: a note), then the objects
-    assert [r["method"] for r in api.requests] == ["GET", "GET", "POST", "POST", "POST"]
+    # the CRD, the StorageClasses (absent here: a note), what the job will own (none there
+    # yet), then the objects: the job first
+    methods = [r["method"] for r in api.requests]
+    assert methods == ["GET", "GET", "GET", "GET", "POST", "POST", "POST"], api.requests
+    assert [r["path"] for r in api.calls("POST")] == [PYTORCHJOBS, CONFIGMAPS, CLAIMS]
     assert "StorageClasses not checked" in err
 
 
@@ -478,7 +500,7 @@ def test_submit_names_the_storage_and_checks_the_default_class(api, capsys):
         _storage_class("fast", "example.com/unknown-driver"),
     ]
     api.route("GET", STORAGE_CLASSES, 200, storage_class_list(classes))
-    for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS):
+    for path in (PYTORCHJOBS, *KEEPER_JOB_COMPANIONS):
         api.route("POST", path, 201)
     code, _, err = run(["submit", "pytorchjob", "--nodes", "4", "--validate-against", "offline"],
                        capsys)  # fmt: skip

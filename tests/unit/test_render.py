@@ -17,6 +17,7 @@ from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from kubeddp.trainer import constants as C
 from kubeddp.trainer import exit_codes
+from tests.helpers.render import pod_templates, secret_values_masked
 
 FEATURES = {
     "plain": [],
@@ -104,6 +105,16 @@ def argv_for(kind: str, shape: str, feature: str) -> list[str]:
     return [kind, *SHAPES[shape], *options]
 
 
+def keeper_env(job: str) -> dict[str, str]:
+    """A training pod behind the keeper: its address, the secret's file and the pod's grace
+    period (the default 10Gi claim, keep 3: test_keeper_manifests.py checks the sums)."""
+    return {
+        C.ENV_CHECKPOINT_KEEPER: f"http://{job}-keeper:{C.KEEPER_PORT}",
+        C.ENV_CHECKPOINT_KEEPER_TOKEN_FILE: f"{C.KEEPER_TOKEN_DIR}/{C.KEEPER_TOKEN_KEY}",
+        C.ENV_TERMINATION_GRACE_SECONDS: "213",
+    }
+
+
 def by_kind(docs) -> dict[str, dict]:
     return {doc["kind"]: doc for doc in docs}
 
@@ -118,15 +129,6 @@ def template_nodes(job: dict) -> int:
     if job["kind"] == "TrainJob":
         return spec["trainer"]["numNodes"]
     return spec["parallelism"]
-
-
-def pod_templates(job: dict) -> list[dict]:
-    if job["kind"] == "PyTorchJob":
-        return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
-    if job["kind"] == "TrainJob":
-        patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
-        return [patch["replicatedJobs"][0]["template"]["spec"]["template"]]
-    return [job["spec"]["template"]]
 
 
 @pytest.mark.parametrize(("kind", "shape", "feature"), list(cases()))
@@ -160,12 +162,15 @@ def test_rendered_matrix_validates_and_keeps_defaults(kind, shape, feature, caps
         assert pod["securityContext"] == {**RESTRICTED_POD, **on_claim}
         checkpoints = {v["name"]: v for v in pod["volumes"]}["checkpoints"]
         assert ("persistentVolumeClaim" in checkpoints) is mounted, checkpoints
-        assert pod["terminationGracePeriodSeconds"] == N.TERMINATION_GRACE_PERIOD_SECONDS
-        assert pod["terminationGracePeriodSeconds"] > C.PREEMPT_GRACE_SECONDS
+        # behind a keeper the grace also holds the send of a checkpoint (test_keeper_manifests)
+        grace = pod["terminationGracePeriodSeconds"]
+        assert (grace == N.TERMINATION_GRACE_PERIOD_SECONDS) is not bool(keeper), grace
+        assert grace > C.PREEMPT_GRACE_SECONDS
         (container,) = pod["containers"]
         assert container["securityContext"] == RESTRICTED_CONTAINER
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        assert set(mounts) == {"/dev/shm", C.SCRATCH_DIR, C.CHECKPOINT_DIR, N.CONFIG_DIR}
+        secret = {C.KEEPER_TOKEN_DIR} if keeper else set()  # the keeper's secret, read-only
+        assert set(mounts) == {"/dev/shm", C.SCRATCH_DIR, C.CHECKPOINT_DIR, N.CONFIG_DIR, *secret}
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
         assert volumes["config"]["configMap"]["name"] == docs[0]["metadata"]["name"]
@@ -220,7 +225,7 @@ def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
         C.ENV_NODE_RANK: {
             "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
         },
-        **({C.ENV_CHECKPOINT_KEEPER: f"http://pt-keeper:{C.KEEPER_PORT}"} if nodes > 1 else {}),
+        **(keeper_env("pt") if nodes > 1 else {}),
         **{name: {"fieldRef": {"fieldPath": path}} for name, path in C.DOWNWARD_ENV.items()},
     }
     assert "warning" not in capsys.readouterr().err
@@ -237,10 +242,10 @@ def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, wor
     assert replicas.get("Worker", {}).get("replicas") == workers
     for replica in replicas.values():
         (container,) = replica["template"]["spec"]["containers"]
-        # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...; kubeddp only the keeper address
-        # and the pod/node names
+        # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...; kubeddp only the keeper's and the
+        # pod/node names
         env = {e["name"] for e in container.get("env", [])}
-        assert env == {*C.DOWNWARD_ENV, *([C.ENV_CHECKPOINT_KEEPER] if nodes > 1 else [])}
+        assert env == {*C.DOWNWARD_ENV, *(keeper_env("x") if nodes > 1 else [])}
     # One line: what the operator adds, what breaks, and both fixes.
     (warning,) = [line for line in err.splitlines() if "warning" in line]
     for word in ("init-pytorch", "restricted", "air-gapped", "--pytorch-init-container-image",
@@ -294,7 +299,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
         C.ENV_MASTER_PORT: str(C.INDEXEDJOB_PORT),
         C.ENV_NNODES: "3",
         C.ENV_NPROC_PER_NODE: "2",
-        C.ENV_CHECKPOINT_KEEPER: f"http://ix-keeper:{C.KEEPER_PORT}",  # 3 pods: the keeper
+        **keeper_env("ix"),  # 3 pods: the keeper
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
     ignored, counted, failing = job["spec"]["podFailurePolicy"]["rules"]
@@ -382,12 +387,18 @@ def test_json_output_is_a_list_of_the_same_objects(capsys):
         == 0
     )
     as_json = json.loads(capsys.readouterr().out)
-    assert as_json["kind"] == "List" and as_json["items"] == as_yaml
+    assert as_json["kind"] == "List"
+    assert secret_values_masked(as_json["items"]) == secret_values_masked(as_yaml)
 
 
-def test_render_is_deterministic(capsys):
+def test_render_is_deterministic_but_for_a_new_keeper_secret(capsys):
     argv = ["render", "pytorchjob", "--nodes", "2", "--podmonitor", "--validate-against", "offline"]
     main(argv)
-    first = capsys.readouterr().out
+    first = list(yaml.safe_load_all(capsys.readouterr().out))
     main(argv)
-    assert capsys.readouterr().out == first
+    second = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert secret_values_masked(second) == secret_values_masked(first)
+    tokens = [
+        doc["data"][C.KEEPER_TOKEN_KEY] for doc in (*first, *second) if doc["kind"] == "Secret"
+    ]
+    assert len(tokens) == len(set(tokens)) == 2  # 32 random bytes each time (masked: above)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import importlib.resources
 import json
 import textwrap
@@ -23,7 +24,7 @@ import yaml
 from kubeddp.tools import k8s_names as names
 from kubeddp.tools.chart import values as CV
 from kubeddp.tools.chart.kind_notes import section_doc, value_doc
-from kubeddp.tools.chart.patterns import DNS1035, QUANTITY
+from kubeddp.tools.chart.patterns import DNS1035, QUANTITY, QUANTITY_FACTORS
 from kubeddp.tools.chart.value_types import VOLUME_SOURCES, Value
 from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
 from kubeddp.tools.generated_files import write_or_check
@@ -32,7 +33,8 @@ from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
 from kubeddp.trainer import exit_codes, storage_rules
-from kubeddp.trainer.config import config_fields, default_of, range_text
+from kubeddp.trainer.config import CheckpointConfig, config_fields, default_of, range_text
+from kubeddp.trainer.launcher import keeper_sizing
 
 CHART = Path("charts") / "kubeddp"
 CONFIG_REFERENCE = Path("docs") / "config-reference.md"
@@ -260,6 +262,11 @@ def _kind_constants(kind: JobKind) -> dict[str, Any]:
     }
 
 
+def _checkpoint_field(name: str) -> Any:
+    (found,) = [item for item in dataclasses.fields(CheckpointConfig) if item.name == name]
+    return found
+
+
 def chart_constants() -> dict[str, Any]:
     return {
         "appName": names.APP_NAME,
@@ -295,7 +302,19 @@ def chart_constants() -> dict[str, Any]:
         "keeperEnv": trainer.ENV_CHECKPOINT_KEEPER,
         "programInCheckpointDirEnv": trainer.ENV_PROGRAM_IN_CHECKPOINT_DIR,
         "keeperCommand": [*names.IMAGE_ENTRYPOINT[:-1], "keeper"],
-        "keeperResources": names.KEEPER_RESOURCES,
+        "keeperSuffix": names.KEEPER_SUFFIX,
+        "keeperTokenSuffix": names.KEEPER_TOKEN_SUFFIX,
+        "keeperTokenVolume": names.KEEPER_TOKEN_VOLUME,
+        "keeperTokenDir": trainer.KEEPER_TOKEN_DIR,
+        "keeperTokenKey": trainer.KEEPER_TOKEN_KEY,
+        "keeperTokenEnv": trainer.ENV_CHECKPOINT_KEEPER_TOKEN_FILE,
+        "terminationGraceEnv": trainer.ENV_TERMINATION_GRACE_SECONDS,
+        "terminationGraceSeconds": names.TERMINATION_GRACE_PERIOD_SECONDS,
+        # the grace period, emptyDir and keeper resources behind a keeper (templates/_keeper.tpl)
+        "keeperSizing": keeper_sizing.constants_for_chart(),
+        "quantityFactors": QUANTITY_FACTORS,
+        "defaultKeep": default_of(_checkpoint_field("keep")),
+        "defaultPreemptGrace": default_of(_checkpoint_field("preempt_grace_seconds")),
         # where checkpoints live: the rules the trainer reads too (templates/_storage.tpl)
         "storage": storage_rules.constants_for_chart(),
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,

@@ -45,6 +45,12 @@ QUANTITY = Pattern(
     r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$",
     "a Kubernetes quantity (e.g. 500m, 4, 16Gi)",
 )
+# A quantity's suffix -> its factor (the API's resource.Quantity): the chart turns
+# checkpoints.size into bytes with it (templates/_keeper.tpl); an `e`/`E` exponent is the rest.
+QUANTITY_FACTORS: dict[str, float] = {
+    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
 # A whole number with an optional unit: the chart multiplies it by the GPU count.
 WHOLE_QUANTITY = Pattern(
     r"^[0-9]+(Ki|Mi|Gi|Ti|m|k|M|G|T)?$",

@@ -84,6 +84,11 @@ OPTIONAL_SUBDOMAIN = text(P.optional(P.DNS1123_SUBDOMAIN), maxLength=253)
 QUANTITY = text(P.QUANTITY)
 
 
+def _or_null(schema: dict) -> dict:
+    """A value whose null means "as the training pods have it"."""
+    return {"anyOf": [{"type": "null"}, schema]}
+
+
 def _kind_doc(cli: bool = False) -> str:
     return "the workload: " + "; ".join(
         f"{kind.name if cli else kind.chart_kind} ({kind.help})" for kind in KINDS.values()
@@ -124,6 +129,12 @@ SECTIONS = (
         "retry, a preemption) resumes: a new claim (the default), an existing one, or, only "
         "when asked, an emptyDir that is lost with the pod. With more than one pod, a keeper pod "
         "holds the claim (ReadWriteOnce storage suffices) unless storage is mount.",
+    ),
+    Section(
+        "keeper",
+        "The checkpoint keeper (checkpoints.storage keeper): the pod that holds the claim and "
+        "serves it to the job's pods, every request signed with the job's secret. null takes "
+        "the training pods' setting.",
     ),
     Section(
         "trainer",
@@ -414,10 +425,13 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         path="terminationGracePeriodSeconds",
-        schema=integer(minimum=0),
-        default=names.TERMINATION_GRACE_PERIOD_SECONDS,
+        schema=integer(minimum=0, nullable=True),
+        default=None,
         doc="seconds between SIGTERM and SIGKILL; workers save a checkpoint within "
-        f"{trainer.PREEMPT_GRACE_SECONDS} s of SIGTERM",
+        "checkpoint.preempt_grace_seconds of SIGTERM. null = "
+        f"{names.TERMINATION_GRACE_PERIOD_SECONDS}, or behind a checkpoint keeper the save plus "
+        "the send of one checkpoint at 25 MB/s (the largest checkpoint the claim holds: "
+        "checkpoints.size / (checkpoint.keep + 1); keeper_sizing.termination_grace_seconds)",
         group=JOB,
         flags=(Flag(("--termination-grace-period-seconds",), read="int"),),
     ),
@@ -790,6 +804,69 @@ VALUES: tuple[Value, ...] = (
         "from scratch",
         group=TRAINER,
         flags=(switch("--checkpoints-lost-on-retry"),),
+    ),
+    Value(
+        path="keeper.existingSecret",
+        schema=OPTIONAL_SUBDOMAIN,
+        default="",
+        doc=f"a Secret you made whose key {trainer.KEEPER_TOKEN_KEY} holds the job's keeper secret "
+        "(16 to 4096 bytes); empty = the chart makes <job>-keeper-token with 32 random bytes "
+        "(helm upgrade keeps its value). Give it to re-render a running job for kubectl apply "
+        "(e.g. <job>-keeper-token): a new value is refused by the immutable Secret",
+        group=TRAINER,
+        flags=(Flag(("--keeper-secret",), metavar="SECRET"),),
+    ),
+    Value(
+        path="keeper.networkPolicy",
+        schema=boolean(),
+        default=True,
+        doc="a NetworkPolicy <job>-keeper that admits only the job's training pods to the "
+        "keeper's port, where the cluster's network plugin enforces NetworkPolicy (the secret "
+        "protects the checkpoints either way)",
+        group=TRAINER,
+        flags=(switch("--keeper-network-policy"),),
+    ),
+    Value(
+        path="keeper.nodeSelector",
+        schema=_or_null(label_map()),
+        default=None,
+        doc="node selector of the keeper pod; null = the job's nodeSelector",
+        group=SCHEDULING,
+        flags=(Flag(("--keeper-node-selector",), read="yaml-map", metavar="YAML|FILE"),),
+    ),
+    Value(
+        path="keeper.tolerations",
+        schema=_or_null(k8s_list("Toleration")),
+        default=None,
+        doc="tolerations of the keeper pod; null = the job's tolerations",
+        group=SCHEDULING,
+        flags=(Flag(("--keeper-tolerations",), read="yaml-list", metavar="YAML|FILE"),),
+    ),
+    Value(
+        path="keeper.affinity",
+        schema=_or_null(k8s("Affinity")),
+        default=None,
+        doc="affinity of the keeper pod; null = the job's affinity",
+        group=SCHEDULING,
+        flags=(Flag(("--keeper-affinity",), read="yaml-map", metavar="YAML|FILE"),),
+    ),
+    Value(
+        path="keeper.priorityClassName",
+        schema=text(P.optional(P.DNS1123_SUBDOMAIN), nullable=True),
+        default=None,
+        doc="PriorityClass of the keeper pod; null = the job's priorityClassName",
+        group=SCHEDULING,
+        flags=(Flag(("--keeper-priority-class",)),),
+    ),
+    Value(
+        path="keeper.resources",
+        schema=_or_null(k8s("ResourceRequirements")),
+        default=None,
+        doc="requests and limits of the keeper's container; null = "
+        "keeper_sizing.keeper_resources (CPU to hash what it receives at 200 MB/s, memory for "
+        "its buffers; limits set, so a ResourceQuota on limits admits it)",
+        group=TRAINER,
+        flags=(Flag(("--keeper-resources",), read="yaml-map", metavar="YAML|FILE"),),
     ),
     Value(
         path="monitoring.podMonitor.enabled",

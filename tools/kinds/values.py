@@ -11,7 +11,11 @@ from kubeddp.tools.kinds import Ignored, Lands, Refused
 
 CONFIG_MAP = "ConfigMap"
 CLAIM = "PersistentVolumeClaim"
-KEEPER = ("Deployment", "Service")  # the checkpoint keeper pod and its Service
+DEPLOYMENT = "Deployment"
+SECRET = "Secret"
+NETWORK_POLICY = "NetworkPolicy"
+# the checkpoint keeper pod, its Service, the job's keeper secret and who may reach the keeper
+KEEPER = (DEPLOYMENT, "Service", SECRET, NETWORK_POLICY)
 SERVICE_ACCOUNT = "ServiceAccount"
 POD_MONITOR = "PodMonitor"
 PROMETHEUS_RULE = "PrometheusRule"  # the chart's alerts (docs/diagnostics.md)
@@ -50,6 +54,8 @@ POD_FIELDS: dict[str, str] = {
     "trainer.spawnsWorkers": "container.args",
     "trainer.args": "container.args",
 }
+# The keeper pod's own settings (null: the training pods'); templates/keeper.yaml
+KEEPER_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "resources")
 # Values that name or label every object the chart renders.
 EVERY_OBJECT = ("nameOverride", "fullnameOverride", "namespaceOverride", "managedBy", "image.tag")
 
@@ -94,6 +100,9 @@ def common(job: str, pods: str, every: tuple[str, ...]) -> dict[str, Lands]:
         "checkpoints.accessMode": Lands((CLAIM,)),
         "checkpoints.storage": Lands((CLAIM, pods, *KEEPER)),
         "checkpoints.lostOnRetry": Lands((CLAIM, pods)),
+        "keeper.existingSecret": Lands((SECRET, pods, DEPLOYMENT)),
+        "keeper.networkPolicy": Lands((NETWORK_POLICY,)),
+        **{f"keeper.{field}": Lands((DEPLOYMENT,)) for field in KEEPER_POD_FIELDS},
         "monitoring.podMonitor.enabled": Lands((POD_MONITOR,)),
         "monitoring.podMonitor.labels": Lands((POD_MONITOR,)),
         "monitoring.podMonitor.interval": Lands((POD_MONITOR,)),

@@ -53,7 +53,7 @@ from kubeddp.trainer.launcher.keeper_protocol import (
     Upload,
     step_of,
 )
-from kubeddp.trainer.launcher.keeper_reach import SAY_EVERY_SECONDS, wait_for_keeper
+from kubeddp.trainer.launcher.keeper_reach import SAY_EVERY_SECONDS, say_seconds, wait_for_keeper
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR, progress_marker
 
 __all__ = ["KeeperAuthError", "KeeperError", "KeeperSettingError", "CheckpointSync"]
@@ -472,8 +472,8 @@ def start_from_env(
     if client is None:
         return None
     interval = sync_seconds(env)
+    wait_for_keeper(client, deadline_seconds, log, unreachable_limit, say_seconds(env))
     end = time.monotonic() + deadline_seconds
-    wait_for_keeper(client, deadline_seconds, log, Path(checkpoint_dir), unreachable_limit)
     sync = CheckpointSync(client, Path(checkpoint_dir), log, settings)
     fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
     log(

@@ -56,11 +56,11 @@ def start(
 
 
 def start_failed(exc: BaseException, log: Log) -> int:
-    """The keeper not up yet is retried (202); a pod that started `retries.without_progress`
-    times without reaching it ends (5); a bad setting, secret or directory is fatal (2)."""
+    """A keeper that did not answer within the pod's whole wait ends the job (7; with no retry
+    limit, one wait is retried: 202); a bad setting, secret or directory is fatal (2)."""
     code = exit_codes.STORAGE_UNREACHABLE
     if isinstance(exc, KeeperGaveUp):
-        code = exit_codes.RETRIES_EXHAUSTED
+        code = exit_codes.KEEPER_UNREACHABLE
     elif isinstance(exc, KeeperAuthError) or not isinstance(exc, KeeperError):
         code = exit_codes.BAD_INPUT
     log(command_name.error(f"{exc}; exit code {exit_codes.describe(code)}"))

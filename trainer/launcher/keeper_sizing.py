@@ -1,7 +1,9 @@
 """How the keeper and the time a pod has to send its last files follow the checkpoint's size and
-the grace period: pure functions, for launch and for the manifests (tools/, the chart's
-generator) to call, so the pod's terminationGracePeriodSeconds, the keeper's resources and the
-training pods' emptyDir sizeLimit agree with what launch does.
+the grace period: pure functions, for launch and for the manifests, so the pod's
+terminationGracePeriodSeconds, the keeper's resources and the training pods' emptyDir sizeLimit
+agree with what launch does. The chart computes the same numbers from `constants_for_chart()`
+(written into templates/_constants.tpl by `make chart`; templates/_keeper.tpl does the sums);
+tests/unit/test_keeper_manifests.py renders every kind against these functions.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ KILL_MARGIN_SECONDS = 5.0  # kept back from the kubelet's SIGKILL
 # sendfile(2). Measured CPU-seconds per GiB received: docs/checkpoints.md.
 KEEPER_CPU_SECONDS_PER_GIB = 2.0  # 1.9 measured on a loaded 2-core machine
 KEEPER_MEMORY_MIB = 256
+SCRIPT_FILES_BYTES = 2**30  # a user's program's own files beside the checkpoints (emptyDir)
 
 
 def final_send_seconds(checkpoint_bytes: float) -> float:
@@ -76,5 +79,27 @@ def keeper_resources(checkpoint_bytes: float, bytes_per_second: float = 200e6) -
 def empty_dir_size_limit(checkpoint_bytes: float, keep: int) -> str:
     """The training pods' checkpoint.dir emptyDir: the newest fetched, `keep` written, and one
     being written (the writer prunes after its rename), plus 1 GiB for a script's files."""
-    total = (keep + 2) * max(0.0, checkpoint_bytes) + 2**30
+    total = (keep + 2) * max(0.0, checkpoint_bytes) + SCRIPT_FILES_BYTES
     return f"{math.ceil(total / 2**20)}Mi"
+
+
+def checkpoint_bytes_of_claim(claim_bytes: float, keep: int) -> float:
+    """The largest checkpoint a claim of `claim_bytes` holds: `keep` of them committed and one
+    more being received (the keeper prunes after it commits). The manifests know the claim's
+    size (checkpoints.size), not the checkpoint's, and plan with this."""
+    return max(0.0, claim_bytes) / (keep + 1)
+
+
+def constants_for_chart() -> dict:
+    """The numbers the chart computes the grace period, the emptyDir's sizeLimit and the
+    keeper's resources from (`keeperSizing` in templates/_constants.tpl). The keeper's
+    resources do not follow the checkpoint's size (blocks stream), so they are one constant;
+    the test that renders several sizes fails if that changes."""
+    return {
+        "floorBytesPerSecond": FLOOR_BYTES_PER_SECOND,
+        "sendSlackSeconds": SEND_SLACK_SECONDS,
+        "shutdownMarginSeconds": SHUTDOWN_MARGIN_SECONDS,
+        "killMarginSeconds": KILL_MARGIN_SECONDS,
+        "scriptFilesBytes": SCRIPT_FILES_BYTES,
+        "keeperResources": keeper_resources(0.0),
+    }

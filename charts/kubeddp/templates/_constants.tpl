@@ -46,10 +46,45 @@ keeperCommand:
   - --
   - kubeddp
   - keeper
-keeperResources:
-  requests:
-    cpu: 100m
-    memory: 256Mi
+keeperSuffix: -keeper
+keeperTokenSuffix: -keeper-token
+keeperTokenVolume: keeper-token
+keeperTokenDir: /var/run/secrets/kubeddp-keeper
+keeperTokenKey: token
+keeperTokenEnv: KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE
+terminationGraceEnv: KUBEDDP_TERMINATION_GRACE_SECONDS
+terminationGraceSeconds: 120
+keeperSizing:
+  floorBytesPerSecond: 25000000.0
+  sendSlackSeconds: 30.0
+  shutdownMarginSeconds: 10
+  killMarginSeconds: 5.0
+  scriptFilesBytes: 1073741824
+  keeperResources:
+    requests:
+      cpu: 400m
+      memory: 256Mi
+    limits:
+      cpu: 1000m
+      memory: 512Mi
+quantityFactors:
+  ? ''
+  : 1.0
+  m: 0.001
+  k: 1000.0
+  M: 1000000.0
+  G: 1000000000.0
+  T: 1000000000000.0
+  P: 1000000000000000.0
+  E: 1.0e+18
+  Ki: 1024.0
+  Mi: 1048576.0
+  Gi: 1073741824.0
+  Ti: 1099511627776.0
+  Pi: 1125899906842624.0
+  Ei: 1.152921504606847e+18
+defaultKeep: 3
+defaultPreemptGrace: 60.0
 storage:
   objectStores:
     s3: S3-compatible object storage (credentials from the pod's env, e.g. --env-from secret:NAME, or its cloud role; the image needs kubeddp[s3])
@@ -59,6 +94,7 @@ storage:
     - /dev/shm
     - /etc/kubeddp
     - /tmp
+    - /var/run/secrets/kubeddp-keeper
     - /opt/venv
     - /usr
     - /bin

@@ -55,7 +55,8 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
 {{- else if include "kubeddp.checkpointKeeper" . }}
-  emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
+  emptyDir:  # filled from the checkpoint keeper at start, synced back while training
+    sizeLimit: {{ include "kubeddp.checkpointSizeLimit" . }}
 {{- else if include "kubeddp.objectStore" . }}
   emptyDir: {}  # checkpoint.dir is in object storage: scratch space only
 {{- else }}
@@ -67,6 +68,9 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
     sizeLimit: {{ .Values.shmSize }}
 - name: tmp
   emptyDir: {}
+{{- if include "kubeddp.checkpointKeeper" . }}
+{{ include "kubeddp.keeperTokenVolume" . }}
+{{- end }}
 {{- range .Values.volumes }}
 - {{ omit . "mountPath" "readOnly" "subPath" | toYaml | nindent 2 | trim }}
 {{- end }}
@@ -83,6 +87,9 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
   mountPath: {{ $c.shmDir }}
 - name: tmp
   mountPath: {{ $c.scratchDir }}
+{{- if include "kubeddp.checkpointKeeper" . }}
+{{ include "kubeddp.keeperTokenMount" . }}
+{{- end }}
 {{- range .Values.volumes }}
 - name: {{ .name }}
   mountPath: {{ .mountPath | quote }}
@@ -278,7 +285,7 @@ spec:
   {{- end }}
   securityContext:
     {{- include "kubeddp.podSecurityContext" $root | trim | nindent 4 }}
-  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds | int }}
+  terminationGracePeriodSeconds: {{ include "kubeddp.terminationGrace" $root }}
   {{- with (include "kubeddp.placement" $root) }}
   {{- . | trim | nindent 2 }}
   {{- end }}

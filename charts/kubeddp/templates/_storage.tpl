@@ -55,7 +55,8 @@ store */}}
 {{- end }}
 
 {{- define "kubeddp.keeperName" -}}
-{{- printf "%s-keeper" (include "kubeddp.fullname" .) }}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- printf "%s%s" (include "kubeddp.fullname" .) $c.keeperSuffix }}
 {{- end }}
 
 {{/* the access mode of the claim kubeddp creates */}}
@@ -65,13 +66,18 @@ store */}}
 {{- default (ternary "ReadWriteMany" "ReadWriteOnce" $shared) .Values.checkpoints.accessMode }}
 {{- end }}
 
-{{/* env of the training container for the storage: the keeper's address; a user's program
-starts in checkpoint.dir (a relative snapshot.pt lands on the kept storage) */}}
+{{/* env of the training container for the storage: the keeper's address, its secret's file
+and the pod's grace period (the bound of the last send); a user's program starts in
+checkpoint.dir (a relative snapshot.pt lands on the kept storage) */}}
 {{- define "kubeddp.storageEnv" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- if include "kubeddp.checkpointKeeper" . }}
 - name: {{ $c.keeperEnv }}
   value: {{ printf "http://%s:%d" (include "kubeddp.keeperName" .) (int $c.keeperPort) | quote }}
+- name: {{ $c.keeperTokenEnv }}
+  value: {{ include "kubeddp.keeperTokenFile" . }}
+- name: {{ $c.terminationGraceEnv }}
+  value: {{ include "kubeddp.terminationGrace" . | quote }}
 {{- end }}
 {{- if or .Values.trainer.script .Values.trainer.module }}
 - name: {{ $c.programInCheckpointDirEnv }}
