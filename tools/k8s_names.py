@@ -52,6 +52,9 @@ IMAGE_UID = 1000
 # on the job object: the one line that says where checkpoints live and what the cluster must
 # offer (what `helm install` prints in NOTES; `helm template` prints no NOTES)
 CHECKPOINTS_ANNOTATION = "kubeddp.io/checkpoints"
+# The job object's line on its network.fabric: what the pods request, the Pod Security level
+# they need (render prints it, as the chart's NOTES do)
+NETWORK_ANNOTATION = "kubeddp.io/network"
 KEEPER_LABEL = "kubeddp.io/checkpoint-keeper"  # value: the keeper's name; its Service selects it
 # the keeper's objects are named <job> + these: its Deployment, Service and NetworkPolicy; the
 # Secret with the job's keeper secret (templates/_keeper.tpl; `kubeddp delete` removes them)

@@ -9,6 +9,7 @@ attached to, or the paths in `sets` through `convert` where it is not 1:1.
 from __future__ import annotations
 
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools.chart import fabric
 from kubeddp.tools.chart import patterns as P
 from kubeddp.tools.chart.value_types import (
     VOLUME_SOURCES,
@@ -111,6 +112,10 @@ SECTIONS = (
         "What a GPU pod requests per GPU of the cpu and memory that `resources` names neither as "
         "a request nor as a limit (a pod without requests is BestEffort: the first evicted when "
         "its node runs short). CPU pods (gpusPerNode 0) get nothing from here.",
+    ),
+    Section(
+        "network",
+        "The fast network between nodes, one profile per provider (docs/network-fabric.md).",
     ),
     Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
@@ -327,6 +332,58 @@ VALUES: tuple[Value, ...] = (
         "DataLoader workers)",
         group=JOB,
         flags=(Flag(("--shm-size",)),),
+    ),
+    Value(
+        path="network.fabric",
+        schema=choice(fabric.FABRICS),
+        default=fabric.SOCKET,
+        doc="the network between the nodes (docs/network-fabric.md): socket (TCP, adds nothing); "
+        f"efa (AWS: {fabric.EFA_RESOURCE} devices); infiniband or roce (network.deviceResource "
+        f"devices and {fabric.RDMA_CAPABILITY}: Pod Security privileged); hostNetwork (the node's "
+        f"network: privileged). Any but socket sets {trainer.ENV_NETWORK_FABRIC}, so a worker that "
+        "finds NCCL on sockets says why",
+        group=POD,
+        flags=(Flag(("--fabric",)),),
+    ),
+    Value(
+        path="network.deviceResource",
+        schema=text(P.optional(P.EXTENDED_RESOURCE), maxLength=317),
+        default="",
+        doc="the device plugin's resource each pod requests (requests and limits); empty = "
+        f"{fabric.EFA_RESOURCE} for efa. infiniband and roce need it: rdma/ib (CoreWeave), "
+        "rdma/<resourceName> of NVIDIA's RDMA shared device plugin, or your SR-IOV VF resource",
+        group=POD,
+        flags=(Flag(("--fabric-resource",)),),
+    ),
+    Value(
+        path="network.devices",
+        schema=integer(minimum=1, nullable=True),
+        default=None,
+        doc="devices per pod; null = for efa the adapters of network.instanceType ("
+        + ", ".join(f"{name} {count}" for name, count in fabric.EFA_DEVICES.items())
+        + "), else 1",
+        group=POD,
+        flags=(Flag(("--fabric-devices",), read="int"),),
+    ),
+    Value(
+        path="network.instanceType",
+        schema=text(P.optional(P.DNS1123_SUBDOMAIN), maxLength=253),
+        default="",
+        doc="the nodes' EC2 instance type, which gives efa its device count; a type the list "
+        "under network.devices lacks needs network.devices (`aws ec2 describe-instance-types "
+        "--query 'InstanceTypes[].NetworkInfo.EfaInfo'` says it)",
+        group=POD,
+        flags=(Flag(("--instance-type",)),),
+    ),
+    Value(
+        path="podSecurityLevel",
+        schema=choice(("", *fabric.POD_SECURITY_LEVELS)),
+        default="",
+        doc="the namespace's Pod Security level (its pod-security.kubernetes.io/enforce label), "
+        "if you know it: a network.fabric whose pods need more is refused. Empty = not said; "
+        "a fabric other than socket still names the level it needs",
+        group=POD,
+        flags=(Flag(("--pod-security",)),),
     ),
     Value(
         path="elastic.enabled",

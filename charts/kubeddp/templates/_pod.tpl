@@ -22,7 +22,7 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* resources plus the GPU count in requests and limits; a GPU pod also requests
+{{/* resources plus the GPU count and network.fabric's devices in requests and limits; a GPU pod also requests
 requestsPerGpu x GPUs of the cpu and memory resources names neither as a request nor as a limit
 (without requests a pod is BestEffort, the first evicted) */}}
 {{- define "kubeddp.resources" -}}
@@ -39,6 +39,12 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 {{- $unit := regexReplaceAll "^[0-9]+" (toString $perGpu) "" }}
 {{- $_ := set $resources.requests $name (printf "%d%s" (mul $count $gpus) $unit) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- with (include "kubeddp.fabricResource" .) }}
+{{- $device := dict . (include "kubeddp.fabricDevices" $) }}
+{{- range $section := list "requests" "limits" }}
+{{- $_ := set $resources $section (merge (deepCopy $device) (get $resources $section | default dict)) }}
 {{- end }}
 {{- end }}
 {{- with $resources }}
@@ -171,6 +177,10 @@ already, then extraEnv */}}
 {{- end }}
 {{- include "kubeddp.storageEnv" $root }}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
+{{- if ne $root.Values.network.fabric $c.fabric.socket }}
+- name: {{ $c.fabric.env }}
+  value: {{ $root.Values.network.fabric | quote }}
+{{- end }}
 {{- range $name, $path := $c.downwardEnv }}
 {{- if not (or (hasKey $root.Values.env $name) (include "kubeddp.inExtraEnv" (dict "list" $root.Values.extraEnv "name" $name)) (hasKey ($.fieldEnv | default dict) $name)) }}
 - name: {{ $name }}
@@ -219,7 +229,7 @@ sets its own) */}}
     {{- . | trim | nindent 4 }}
   {{- end }}
   securityContext:
-    {{- toYaml $root.Values.securityContext | nindent 4 }}
+    {{- include "kubeddp.containerSecurityContext" $root | trim | nindent 4 }}
   volumeMounts:
     {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
   # launch writes its one-line reason to /dev/termination-log; a crash before that shows the
@@ -288,6 +298,10 @@ spec:
   terminationGracePeriodSeconds: {{ include "kubeddp.terminationGrace" $root }}
   {{- with (include "kubeddp.placement" $root) }}
   {{- . | trim | nindent 2 }}
+  {{- end }}
+  {{- if eq $root.Values.network.fabric "hostNetwork" }}
+  hostNetwork: true
+  dnsPolicy: {{ (include "kubeddp.constants" $root | fromYaml).fabric.hostNetworkDnsPolicy }}
   {{- end }}
   containers:
     {{- include "kubeddp.container" . | trim | nindent 4 }}
