@@ -28,6 +28,12 @@ METRICS_COMPONENT = "metrics"  # PodMonitors
 ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
 # Kueue admits a job that carries this label through the named LocalQueue.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue's Topology-Aware Scheduling: the pod template annotation that places a PodSet's pods in
+# one domain of the named topology level (required: wait for one; preferred: else go wider)
+KUEUE_TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Ports and paths of the training container

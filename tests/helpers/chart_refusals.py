@@ -53,6 +53,14 @@ SCHEMA_REJECTS = {
     ),
     "no fabric devices": ({"network": {"devices": 0}}, ["/network/devices", "minimum"]),
     "pod security level unknown": ({"podSecurityLevel": "open"}, ["/podSecurityLevel"]),
+    "topology key not a label key": (
+        {"placement": {"topologyKey": "a block"}},
+        ["/placement/topologyKey", "does not match pattern"],
+    ),
+    "placement mode unknown": (
+        {"placement": {"topologyKey": "rack", "mode": "soft"}},
+        ["/placement/mode"],
+    ),
     "unknown key": ({"node": 2}, ["additional properties 'node' not allowed"]),
     "unknown nested key": (
         {"elastic": {"enabled": True, "minNode": 1}},
@@ -403,6 +411,11 @@ FAIL_RULES = {
         {"kind": "TrainJob", "network": {"fabric": "hostNetwork"}},
         "demo",
         r"`network.fabric` hostNetwork cannot be set for kind TrainJob",
+    ),
+    "placement mode without its key": (
+        {"placement": {"mode": "preferred"}},
+        "demo",
+        r"`placement.mode` is preferred but `placement.topologyKey` is empty",
     ),
     "fabric above the namespace's Pod Security level": (
         {

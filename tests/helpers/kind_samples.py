@@ -72,6 +72,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "network": {"fabric": "infiniband", "deviceResource": "rdma/ib"},
         "podSecurityLevel": "privileged",
     },
+    "placement.topologyKey": {"placement": {"topologyKey": "cloud.google.com/gce-topology-block"}},
+    "placement.mode": {"placement": {"topologyKey": "rack", "mode": "preferred"}},
     "gang.scheduler": {"gang": {"scheduler": "volcano"}},
     "gang.queue": {"gang": {"scheduler": "volcano", "queue": "q"}},
     "podSecurityContext": {"podSecurityContext": {"runAsUser": 1234}},

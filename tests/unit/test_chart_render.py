@@ -119,6 +119,7 @@ CI_ARGV = {
         "--nodes", "4", "--gpus-per-node", "4", "--cpu", "16", "--memory", "128Gi",
         "--checkpoint-pvc", "kubeddp-checkpoints", "--set", "checkpoint.every_steps=200",
         "--fabric", "roce", "--fabric-resource", "rdma/ib", "--fabric-devices", "1",
+        "--topology-key", "example.com/rack",
     ],
     "gpu-multinode-values": [
         "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
@@ -136,6 +137,7 @@ CI_ARGV = {
         "--podmonitor", "--podmonitor-interval", "15s",
         "--podmonitor-label", "release=kube-prometheus-stack", "--dashboard",
         "--fabric", "efa", "--instance-type", "p5.48xlarge",
+        "--topology-key", "topology.k8s.aws/network-node-layer-3", "--topology-mode", "preferred",
     ],
     "indexedjob-values": [
         "indexedjob", "--name", "demo-kubeddp", "--nodes", "3", "--gpus-per-node", "1",
@@ -146,6 +148,7 @@ CI_ARGV = {
     "kueue-values": [
         "pytorchjob", "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
         "--gpus-per-node", "4", "--cpu", "16", "--memory", "64Gi", "--memory-limit", "64Gi",
+        "--topology-key", "cloud.google.com/gce-topology-block",
     ],
     "script-values": [
         "pytorchjob", "--name", "my-train", "--nodes", "2", "--nproc-per-node", "2",

@@ -1,7 +1,8 @@
-"""network.fabric through `kubeddp render` (the chart, rendered by Helm's engine): each profile
-adds to the training pod of every kind what its provider documents and nothing else, and the
-objects pass the strict schemas; render names the Pod Security level the pods need
-(docs/network-fabric.md). The refusals are rows of tests/helpers/chart_refusals.py
+"""network.fabric and placement through `kubeddp render` (the chart, rendered by Helm's engine):
+each profile adds to the training pod of every kind what its provider documents and nothing
+else, and the objects pass the strict schemas; render names the Pod Security level the pods
+need; placement lands as Kueue's topology annotation or as a pod affinity among the job's
+training pods (docs/network-fabric.md). The refusals are rows of tests/helpers/chart_refusals.py
 and tests/helpers/bad_inputs.py; Helm and render agree on the ci/ files that set them."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kubeddp.tools.chart import fabric
 from kubeddp.tools.chart.render import render_documents
 from kubeddp.tools.chart.render_options import values_from_args
 from kubeddp.tools.cli import parse_command
+from kubeddp.tools.k8s_names import KUEUE_TOPOLOGY_ANNOTATIONS
 from kubeddp.tools.validate import validate_documents
 from kubeddp.trainer.constants import ENV_NETWORK_FABRIC
 from tests.helpers.render import pod_templates
@@ -133,3 +135,50 @@ def test_a_capability_the_user_adds_is_kept_once() -> None:
                      "--security-context", context)  # fmt: skip
     _, container = training_pod(job_of(docs))
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK", "NET_RAW"]
+
+
+# --- placement ------------------------------------------------------------------------------
+
+BLOCK = "cloud.google.com/gce-topology-block"
+NODE_AFFINITY = (
+    '{"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms":'
+    ' [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]}}}'
+)
+
+
+@pytest.mark.parametrize("kind", KINDS_ARGV)
+def test_required_placement_is_a_pod_affinity_among_the_jobs_training_pods(kind: str) -> None:
+    docs, _ = render(*KINDS_ARGV[kind], "--topology-key", BLOCK, "--affinity", NODE_AFFINITY)
+    assert [str(p) for p in validate_documents(docs, kind)] == []
+    template = pod_templates(job_of(docs))[-1]
+    affinity = template["spec"]["affinity"]
+    assert "nodeAffinity" in affinity  # the user's affinity is kept
+    (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == BLOCK
+    selector = term["labelSelector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()  # selects its own pods
+    assert selector["app.kubernetes.io/component"] == "trainer"  # not the keeper
+    assert selector["app.kubernetes.io/instance"] == "demo"  # not another job's
+    for doc in docs:  # the keeper (and anything else) is not placed with the job
+        if doc["kind"] == "Deployment":
+            assert "podAffinity" not in doc["spec"]["template"]["spec"].get("affinity", {})
+
+
+def test_preferred_placement_is_a_weighted_pod_affinity() -> None:
+    docs, _ = render("pytorchjob", "--topology-key", "rack", "--topology-mode", "preferred")
+    affinity = pod_templates(job_of(docs))[-1]["spec"]["affinity"]["podAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity
+    (weighted,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert weighted["weight"] == 100 and weighted["podAffinityTerm"]["topologyKey"] == "rack"
+
+
+@pytest.mark.parametrize("mode", ["required", "preferred"])
+def test_with_a_kueue_queue_placement_is_kueues_topology_annotation(mode: str) -> None:
+    docs, _ = render("pytorchjob", "--queue", "team-a", "--topology-key", BLOCK,
+                     "--topology-mode", mode)  # fmt: skip
+    template = pod_templates(job_of(docs))[-1]
+    annotations = template["metadata"]["annotations"]
+    assert annotations[KUEUE_TOPOLOGY_ANNOTATIONS[mode]] == BLOCK
+    others = set(KUEUE_TOPOLOGY_ANNOTATIONS.values()) - {KUEUE_TOPOLOGY_ANNOTATIONS[mode]}
+    assert not others & set(annotations)
+    assert "podAffinity" not in template["spec"].get("affinity", {})  # Kueue places the pods

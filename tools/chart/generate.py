@@ -281,6 +281,7 @@ def chart_constants() -> dict[str, Any]:
         "checkpointsAnnotation": names.CHECKPOINTS_ANNOTATION,
         "networkAnnotation": names.NETWORK_ANNOTATION,
         "kueueQueueLabel": names.KUEUE_QUEUE_LABEL,
+        "kueueTopologyAnnotations": dict(names.KUEUE_TOPOLOGY_ANNOTATIONS),
         "gpuResource": names.GPU_RESOURCE,
         "metricsPort": trainer.METRICS_PORT,
         "metricsPortName": names.METRICS_PORT_NAME,

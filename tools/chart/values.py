@@ -52,6 +52,7 @@ DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"  # after the job ends, stop agents left waiting in a barrier
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image`
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+PLACEMENT_MODES = tuple(names.KUEUE_TOPOLOGY_ANNOTATIONS)  # required (the default), preferred
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 CHECKPOINT_STORAGE = storage_rules.CLAIM_STORAGES  # checkpoints.storage; see its doc
@@ -120,6 +121,11 @@ SECTIONS = (
     Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
     Section("kueue", "Kueue admits the whole job when its quota allows."),
+    Section(
+        "placement",
+        "The job's pods under one network block (docs/network-fabric.md#placing-a-jobs-pods-"
+        "together).",
+    ),
     Section(
         "gang",
         "Gang scheduling: every pod starts together or none does. The Training "
@@ -677,6 +683,28 @@ VALUES: tuple[Value, ...] = (
         doc=f"admit the job through this Kueue LocalQueue (label {names.KUEUE_QUEUE_LABEL})",
         group=SCHEDULING,
         flags=(Flag(("--queue",)),),
+    ),
+    Value(
+        path="placement.topologyKey",
+        schema=text(P.optional(P.QUALIFIED_NAME), maxLength=317),
+        default="",
+        doc="place the job's pods in one domain of this node label (a network block, e.g. "
+        "cloud.google.com/gce-topology-block, or topology.kubernetes.io/zone): with "
+        "kueue.queueName, Kueue's Topology-Aware Scheduling annotation on the pods (the "
+        "queue's ResourceFlavor must name a Topology with this level); otherwise a pod "
+        "affinity to the job's other training pods on this key. Empty = no placement",
+        group=SCHEDULING,
+        flags=(Flag(("--topology-key",)),),
+    ),
+    Value(
+        path="placement.mode",
+        schema=choice(PLACEMENT_MODES),
+        default=PLACEMENT_MODES[0],
+        doc="required: every pod in one domain, or the pods wait (Kueue: "
+        f"{names.KUEUE_TOPOLOGY_ANNOTATIONS['required']}); preferred: one domain when it has "
+        f"room, else spread (Kueue: {names.KUEUE_TOPOLOGY_ANNOTATIONS['preferred']})",
+        group=SCHEDULING,
+        flags=(Flag(("--topology-mode",)),),
     ),
     Value(
         path="gang.scheduler",

@@ -49,6 +49,8 @@ POD_FIELDS: dict[str, str] = {
     "network.deviceResource": "container.resources",
     "network.devices": "container.resources",
     "network.instanceType": "container.resources",
+    "placement.topologyKey": "spec.affinity",
+    "placement.mode": "spec.affinity",
     "istio.optOut": "metadata.annotations",
     "podSecurityContext": "spec.securityContext",
     "securityContext": "container.securityContext",

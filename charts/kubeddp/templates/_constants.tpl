@@ -16,6 +16,9 @@ istioInjectAnnotation: sidecar.istio.io/inject
 checkpointsAnnotation: kubeddp.io/checkpoints
 networkAnnotation: kubeddp.io/network
 kueueQueueLabel: kueue.x-k8s.io/queue-name
+kueueTopologyAnnotations:
+  required: kueue.x-k8s.io/podset-required-topology
+  preferred: kueue.x-k8s.io/podset-preferred-topology
 gpuResource: nvidia.com/gpu
 metricsPort: 8479
 metricsPortName: metrics

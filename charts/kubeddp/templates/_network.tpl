@@ -1,7 +1,7 @@
 {{/*
-network.fabric (tools/chart/fabric.py: each profile adds what its provider documents).
-_pod.tpl writes what it gives into the one training pod; the rules that refuse what cannot work
-are kubeddp.validateNetwork.
+network.fabric (tools/chart/fabric.py: each profile adds what its provider documents) and
+placement (one topology domain for the job's pods). _pod.tpl writes what these give into the
+one training pod; the rules that refuse what cannot work are kubeddp.validateNetwork.
 */}}
 
 {{/* the extended resource each pod requests for the fabric; empty: none */}}
@@ -42,6 +42,43 @@ memory (ibv_reg_mr) */}}
 {{- toYaml $context }}
 {{- end }}
 
+{{/* the training pods' affinity: values.affinity plus, with placement.topologyKey and no
+Kueue queue (Kueue places the pods itself: kubeddp.podMetadata's annotation), a pod affinity
+to the job's other training pods in the same topology domain, required or preferred */}}
+{{- define "kubeddp.trainingAffinity" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $affinity := deepCopy .Values.affinity }}
+{{- $key := .Values.placement.topologyKey }}
+{{- if and $key (not .Values.kueue.queueName) }}
+{{- $labels := include "kubeddp.selectorLabels" . | fromYaml }}
+{{- $_ := set $labels $c.labelComponent $c.trainerComponent }}
+{{- $term := dict "labelSelector" (dict "matchLabels" $labels) "topologyKey" $key }}
+{{- $podAffinity := get $affinity "podAffinity" | default dict }}
+{{- if eq .Values.placement.mode "required" }}
+{{- $terms := get $podAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default list }}
+{{- $_ := set $podAffinity "requiredDuringSchedulingIgnoredDuringExecution" (append $terms $term) }}
+{{- else }}
+{{- $terms := get $podAffinity "preferredDuringSchedulingIgnoredDuringExecution" | default list }}
+{{- $weighted := dict "weight" 100 "podAffinityTerm" $term }}
+{{- $_ := set $podAffinity "preferredDuringSchedulingIgnoredDuringExecution" (append $terms $weighted) }}
+{{- end }}
+{{- $_ := set $affinity "podAffinity" $podAffinity }}
+{{- end }}
+{{- with $affinity }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* the pod annotation that asks Kueue's Topology-Aware Scheduling for one domain */}}
+{{- define "kubeddp.topologyAnnotations" -}}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- $annotations := dict }}
+{{- if and .Values.placement.topologyKey .Values.kueue.queueName }}
+{{- $_ := set $annotations (get $c.kueueTopologyAnnotations .Values.placement.mode) .Values.placement.topologyKey }}
+{{- end }}
+{{- toYaml $annotations }}
+{{- end }}
+
 {{/* One line for a fabric other than socket (NOTES, render): what the pods request and the
 Pod Security level they need */}}
 {{- define "kubeddp.networkLine" -}}
@@ -63,7 +100,7 @@ Pod Security level they need */}}
 {{- end }}
 {{- end }}
 
-{{/* network.fabric: what cannot be admitted or cannot work */}}
+{{/* network.fabric and placement: what cannot be admitted or cannot work */}}
 {{- define "kubeddp.validateNetwork" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $n := .Values.network }}
@@ -82,6 +119,9 @@ Pod Security level they need */}}
 {{- end }}
 {{- if and (eq $n.fabric $c.fabric.hostNetwork) (eq .Values.kind "TrainJob") }}
 {{- fail "`network.fabric` hostNetwork cannot be set for kind TrainJob: Trainer v2.3 runtimePatches have no hostNetwork or dnsPolicy; use kind PyTorchJob or IndexedJob, or set them in your runtime" }}
+{{- end }}
+{{- if and (ne .Values.placement.mode "required") (not .Values.placement.topologyKey) }}
+{{- fail (printf "`placement.mode` is %s but `placement.topologyKey` is empty: name the node label of the domain (e.g. cloud.google.com/gce-topology-block), or drop the mode" .Values.placement.mode) }}
 {{- end }}
 {{- $level := get $c.fabric.levelNeeded $n.fabric }}
 {{- $declared := .Values.podSecurityLevel }}

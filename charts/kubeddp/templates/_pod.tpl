@@ -15,7 +15,7 @@ labels:
 {{- if .Values.istio.optOut }}
 {{- $_ := set $annotations $c.istioInjectAnnotation "false" }}
 {{- end }}
-{{- $annotations = merge $annotations .Values.podAnnotations }}
+{{- $annotations = merge $annotations (include "kubeddp.topologyAnnotations" . | fromYaml) .Values.podAnnotations }}
 {{- with $annotations }}
 annotations:
   {{- toYaml . | nindent 2 }}
@@ -247,17 +247,22 @@ the kubelet then skips the recursive chown of a large checkpoint volume at every
 {{- toYaml $context }}
 {{- end }}
 
-{{/* Pod placement: the training pods and the `helm test` pod */}}
+{{/* Pod placement of the `helm test` pod; the training pods' affinity also places them
+together (kubeddp.trainingAffinity): dict "root" $ "affinity" A */}}
 {{- define "kubeddp.placement" -}}
-{{- with .Values.nodeSelector }}
+{{- include "kubeddp.placementWith" (dict "root" . "affinity" .Values.affinity) }}
+{{- end }}
+
+{{- define "kubeddp.placementWith" -}}
+{{- with .root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with .root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with .affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -296,7 +301,7 @@ spec:
   securityContext:
     {{- include "kubeddp.podSecurityContext" $root | trim | nindent 4 }}
   terminationGracePeriodSeconds: {{ include "kubeddp.terminationGrace" $root }}
-  {{- with (include "kubeddp.placement" $root) }}
+  {{- with (include "kubeddp.placementWith" (dict "root" $root "affinity" (include "kubeddp.trainingAffinity" $root | fromYaml))) }}
   {{- . | trim | nindent 2 }}
   {{- end }}
   {{- if eq $root.Values.network.fabric "hostNetwork" }}
