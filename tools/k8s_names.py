@@ -28,6 +28,12 @@ METRICS_COMPONENT = "metrics"  # PodMonitors
 ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
 # Kueue admits a job that carries this label through the named LocalQueue.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue's Topology-Aware Scheduling: the pod template annotation that places a PodSet's pods in
+# one domain of the named topology level (required: wait for one; preferred: else go wider)
+KUEUE_TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Ports and paths of the training container
@@ -52,6 +58,9 @@ IMAGE_UID = 1000
 # on the job object: the one line that says where checkpoints live and what the cluster must
 # offer (what `helm install` prints in NOTES; `helm template` prints no NOTES)
 CHECKPOINTS_ANNOTATION = "kubeddp.io/checkpoints"
+# The job object's line on its network.fabric: what the pods request, the Pod Security level
+# they need (render prints it, as the chart's NOTES do)
+NETWORK_ANNOTATION = "kubeddp.io/network"
 KEEPER_LABEL = "kubeddp.io/checkpoint-keeper"  # value: the keeper's name; its Service selects it
 # the keeper's objects are named <job> + these: its Deployment, Service and NetworkPolicy; the
 # Secret with the job's keeper secret (templates/_keeper.tpl; `kubeddp delete` removes them)

@@ -99,3 +99,7 @@ ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 ENV_POD_NAME = "POD_NAME"
 ENV_NODE_NAME = "NODE_NAME"
 DOWNWARD_ENV = {ENV_POD_NAME: "metadata.name", ENV_NODE_NAME: "spec.nodeName"}
+# The fabric profile a job asked for (socket, efa, infiniband, roce, hostNetwork): set by the
+# chart's network.fabric (docs/network.md); a worker that finds NCCL on TCP sockets although
+# an RDMA fabric was asked for says why (trainer/worker/transport.py).
+ENV_NETWORK_FABRIC = "KUBEDDP_NETWORK_FABRIC"

@@ -295,6 +295,12 @@ def option_rows() -> list[Row]:
         rows.append(Row(f"request-timeout-{value}", ("status", "demo", "--request-timeout", value),
                         2, ("--request-timeout",), api="ok", api_untouched=True))  # fmt: skip
     rows.append(Row("worker-flag-after-dash", ("launch", "--", "--sett", "x"), 2, ("--sett",)))
+    # a fabric the namespace's declared Pod Security level refuses, or one without its devices
+    rows.append(Row("fabric-above-pod-security", (*RENDER, "--fabric", "roce", "--fabric-resource",
+                    "rdma/ib", "--pod-security", "baseline"), BAD_INPUT,
+                    ("--fabric", "privileged", "baseline", "IPC_LOCK")))  # fmt: skip
+    rows.append(Row("fabric-without-resource", (*RENDER, "--fabric", "infiniband"), BAD_INPUT,
+                    ("--fabric", "network.deviceResource", "rdma/ib")))  # fmt: skip
     rows.append(Row("unknown-command-option", ("status",), 2, ("NAME",)))
     return rows
 

@@ -46,6 +46,21 @@ SCHEMA_REJECTS = {
         {"volumes": [{"name": "d", "mountPath": "/" + "a" * 5000, "emptyDir": {}}]},
         ["/volumes/0/mountPath", "maxLength"],
     ),
+    "fabric not a profile": ({"network": {"fabric": "ib"}}, ["/network/fabric", "'roce'"]),
+    "fabric resource not a resource name": (
+        {"network": {"fabric": "roce", "deviceResource": "ib"}},
+        ["/network/deviceResource", "does not match pattern"],
+    ),
+    "no fabric devices": ({"network": {"devices": 0}}, ["/network/devices", "minimum"]),
+    "pod security level unknown": ({"podSecurityLevel": "open"}, ["/podSecurityLevel"]),
+    "topology key not a label key": (
+        {"placement": {"topologyKey": "a block"}},
+        ["/placement/topologyKey", "does not match pattern"],
+    ),
+    "placement mode unknown": (
+        {"placement": {"topologyKey": "rack", "mode": "soft"}},
+        ["/placement/mode"],
+    ),
     "unknown key": ({"node": 2}, ["additional properties 'node' not allowed"]),
     "unknown nested key": (
         {"elastic": {"enabled": True, "minNode": 1}},
@@ -369,5 +384,46 @@ FAIL_RULES = {
         {"monitoring": {"dashboard": {"labels": {"team": "ml"}}}},
         "demo",
         r"`monitoring.dashboard.labels` is set but `monitoring.dashboard.enabled` is false",
+    ),
+    # network.fabric and placement (templates/_network.tpl)
+    "fabric devices on socket": (
+        {"network": {"devices": 2}},
+        "demo",
+        r"`network.deviceResource`/`network.devices` are set but `network.fabric` socket requests",
+    ),
+    "instance type without efa": (
+        {"network": {"fabric": "roce", "deviceResource": "rdma/ib", "instanceType": "p5.48xlarge"}},
+        "demo",
+        r"`network.instanceType` \(p5.48xlarge\) gives efa its device count, but `network.fabric`",
+    ),
+    "rdma fabric without its resource": (
+        {"network": {"fabric": "infiniband"}},
+        "demo",
+        r"`network.deviceResource` is empty but `network.fabric` infiniband needs your RDMA",
+    ),
+    "efa on an instance type not listed": (
+        {"network": {"fabric": "efa", "instanceType": "p5en.48xlarge"}},
+        "demo",
+        r"`network.instanceType` p5en.48xlarge: its EFA count is not in kubeddp's list .*"
+        r"set `network.devices`",
+    ),
+    "hostNetwork with TrainJob": (
+        {"kind": "TrainJob", "network": {"fabric": "hostNetwork"}},
+        "demo",
+        r"`network.fabric` hostNetwork cannot be set for kind TrainJob",
+    ),
+    "placement mode without its key": (
+        {"placement": {"mode": "preferred"}},
+        "demo",
+        r"`placement.mode` is preferred but `placement.topologyKey` is empty",
+    ),
+    "fabric above the namespace's Pod Security level": (
+        {
+            "network": {"fabric": "roce", "deviceResource": "rdma/ib"},
+            "podSecurityLevel": "baseline",
+        },
+        "demo",
+        r"`network.fabric` roce needs Pod Security level privileged \(the container adds "
+        r"IPC_LOCK .*\) but `podSecurityLevel` says the namespace enforces baseline",
     ),
 }

@@ -21,7 +21,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION, LABEL_INSTANCE
+from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION, LABEL_INSTANCE, NETWORK_ANNOTATION
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from tests.helpers import reference
@@ -118,6 +118,8 @@ CI_ARGV = {
         "pytorchjob", "--name", "demo-kubeddp", "--elastic", "2:4", "--max-restarts", "10",
         "--nodes", "4", "--gpus-per-node", "4", "--cpu", "16", "--memory", "128Gi",
         "--checkpoint-pvc", "kubeddp-checkpoints", "--set", "checkpoint.every_steps=200",
+        "--fabric", "roce", "--fabric-resource", "rdma/ib", "--fabric-devices", "1",
+        "--topology-key", "example.com/rack",
     ],
     "gpu-multinode-values": [
         "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
@@ -134,16 +136,19 @@ CI_ARGV = {
         "--set", "checkpoint.every_steps=500", "--set", "checkpoint.keep=3",
         "--podmonitor", "--podmonitor-interval", "15s",
         "--podmonitor-label", "release=kube-prometheus-stack", "--dashboard",
+        "--fabric", "efa", "--instance-type", "p5.48xlarge",
+        "--topology-key", "topology.k8s.aws/network-node-layer-3", "--topology-mode", "preferred",
     ],
     "indexedjob-values": [
         "indexedjob", "--name", "demo-kubeddp", "--nodes", "3", "--gpus-per-node", "1",
         "--backoff-limit", "6", "--ttl-seconds-after-finished", "3600", "--cpu", "4",
         "--memory", "16Gi", "--checkpoint-size", "20Gi", "--checkpoint-access-mode",
-        "ReadWriteMany", "--podmonitor",
+        "ReadWriteMany", "--podmonitor", "--fabric", "hostNetwork",
     ],
     "kueue-values": [
         "pytorchjob", "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
         "--gpus-per-node", "4", "--cpu", "16", "--memory", "64Gi", "--memory-limit", "64Gi",
+        "--topology-key", "cloud.google.com/gce-topology-block",
     ],
     "script-values": [
         "pytorchjob", "--name", "my-train", "--nodes", "2", "--nproc-per-node", "2",
@@ -158,7 +163,8 @@ CI_ARGV = {
         "--nproc-per-node", "2", "--cpu", "8", "--memory", "32Gi",
         "--runtime-name", "torch-distributed", "--runtime-kind", "ClusterTrainingRuntime",
         "--create-service-account", "--tolerations", GPU_TOLERATION, "--set", "train.epochs=2",
-        "--podmonitor",
+        "--podmonitor", "--fabric", "infiniband", "--fabric-resource",
+        "rdma/hca_shared_devices_a", "--pod-security", "privileged",
     ],
     "volcano-values": [
         "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
@@ -281,7 +287,7 @@ def test_comparison_sees_a_difference() -> None:
 
 def test_objects_differ_only_in_helms_labels() -> None:
     """Metadata too: Helm's labels and the claim's keep-annotation are all that differ (the
-    job's storage line names the release's objects)."""
+    job's storage and network lines are the same)."""
     helm_docs = helm_job_objects(ci_values(CHART / "ci" / "indexedjob-values.yaml"))
     render_docs = render_objects(CI_ARGV["indexedjob-values"])
     for helm_doc, render_doc in zip(helm_docs, render_docs, strict=True):
@@ -298,9 +304,12 @@ def test_objects_differ_only_in_helms_labels() -> None:
         if helm_doc["kind"] == "PersistentVolumeClaim":
             assert annotations.pop("helm.sh/resource-policy") == "keep"
         render_annotations = render_doc["metadata"].get("annotations", {})
-        assert set(annotations) == set(render_annotations) <= {CHECKPOINTS_ANNOTATION}
-        for line in (*annotations.values(), *render_annotations.values()):
-            assert line.startswith("Checkpoints: ")
+        assert annotations == render_annotations
+        assert set(annotations) <= {CHECKPOINTS_ANNOTATION, NETWORK_ANNOTATION}
+        for name, line in annotations.items():
+            assert line.startswith(
+                "Checkpoints: " if name == CHECKPOINTS_ANNOTATION else "Network: "
+            )
 
 
 def test_helm_package_makes_a_chart_that_renders(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools.chart import fabric
 from kubeddp.tools.chart import values as CV
 from kubeddp.tools.chart.kind_notes import section_doc, value_doc
 from kubeddp.tools.chart.patterns import DNS1035, QUANTITY, QUANTITY_FACTORS
@@ -278,7 +279,9 @@ def chart_constants() -> dict[str, Any]:
         "metricsComponent": names.METRICS_COMPONENT,
         "istioInjectAnnotation": names.ISTIO_INJECT_ANNOTATION,
         "checkpointsAnnotation": names.CHECKPOINTS_ANNOTATION,
+        "networkAnnotation": names.NETWORK_ANNOTATION,
         "kueueQueueLabel": names.KUEUE_QUEUE_LABEL,
+        "kueueTopologyAnnotations": dict(names.KUEUE_TOPOLOGY_ANNOTATIONS),
         "gpuResource": names.GPU_RESOURCE,
         "metricsPort": trainer.METRICS_PORT,
         "metricsPortName": names.METRICS_PORT_NAME,
@@ -327,6 +330,8 @@ def chart_constants() -> dict[str, Any]:
         "volumeSources": list(VOLUME_SOURCES),
         "jobNamePattern": DNS1035.regex,
         "maxJobNameLength": MAX_JOB_NAME_LENGTH,
+        # network.fabric's profiles (tools/chart/fabric.py, templates/_network.tpl)
+        "fabric": fabric.constants_for_chart(),
         "kinds": {kind.chart_kind: _kind_constants(kind) for kind in KINDS.values()},
     }
 

@@ -75,6 +75,12 @@ QUALIFIED_NAME = Pattern(
     rf"^({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
     "a label or annotation key (an optional DNS prefix and '/', then letters, digits, '-_.')",
 )
+# An extended resource a device plugin advertises: a domain, '/', a name (rdma/ib,
+# vpc.amazonaws.com/efa, nvidia.com/hostdev).
+EXTENDED_RESOURCE = Pattern(
+    rf"^{_LABEL}(\.{_LABEL})*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "an extended resource name (a domain, '/', a name: e.g. rdma/ib)",
+)
 LABEL_VALUE = Pattern(
     r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
     "a label value (letters, digits and '-_.', at most 63 characters)",

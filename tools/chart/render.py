@@ -22,7 +22,7 @@ from kubeddp.tools import helm_engine
 from kubeddp.tools.chart import patterns
 from kubeddp.tools.chart.render_options import Provenance
 from kubeddp.tools.chart.values import option_for
-from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION
+from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION, NETWORK_ANNOTATION
 from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 
@@ -120,8 +120,9 @@ def _apply_order(doc: dict) -> int:
 def render_documents(
     values: dict[str, Any], provenance: Provenance | None = None, notes: list[str] | None = None
 ) -> list[dict]:
-    """The job's objects in apply order; RenderError for bad values. `notes` gets the line
-    that says which storage the job uses and what the cluster must offer."""
+    """The job's objects in apply order; RenderError for bad values. `notes` gets the lines
+    that say which storage the job uses and what the cluster must offer, and what its
+    network.fabric requests and which Pod Security level its pods need."""
     provenance = provenance or {}
     check_values(values, provenance)
     try:
@@ -147,11 +148,8 @@ def render_documents(
         notes += [
             line
             for doc in docs
-            if (
-                line := ((doc.get("metadata") or {}).get("annotations") or {}).get(
-                    CHECKPOINTS_ANNOTATION
-                )
-            )
+            for annotation in (CHECKPOINTS_ANNOTATION, NETWORK_ANNOTATION)
+            if (line := ((doc.get("metadata") or {}).get("annotations") or {}).get(annotation))
         ]
     return sorted(docs, key=_apply_order)
 

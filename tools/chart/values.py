@@ -9,6 +9,7 @@ attached to, or the paths in `sets` through `convert` where it is not 1:1.
 from __future__ import annotations
 
 from kubeddp.tools import k8s_names as names
+from kubeddp.tools.chart import fabric
 from kubeddp.tools.chart import patterns as P
 from kubeddp.tools.chart.value_types import (
     VOLUME_SOURCES,
@@ -51,6 +52,7 @@ DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"  # after the job ends, stop agents left waiting in a barrier
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image`
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+PLACEMENT_MODES = tuple(names.KUEUE_TOPOLOGY_ANNOTATIONS)  # required (the default), preferred
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 CHECKPOINT_STORAGE = storage_rules.CLAIM_STORAGES  # checkpoints.storage; see its doc
@@ -112,9 +114,18 @@ SECTIONS = (
         "a request nor as a limit (a pod without requests is BestEffort: the first evicted when "
         "its node runs short). CPU pods (gpusPerNode 0) get nothing from here.",
     ),
+    Section(
+        "network",
+        "The fast network between nodes, one profile per provider (docs/network-fabric.md).",
+    ),
     Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
     Section("kueue", "Kueue admits the whole job when its quota allows."),
+    Section(
+        "placement",
+        "The job's pods under one network block (docs/network-fabric.md#placing-a-jobs-pods-"
+        "together).",
+    ),
     Section(
         "gang",
         "Gang scheduling: every pod starts together or none does. The Training "
@@ -327,6 +338,58 @@ VALUES: tuple[Value, ...] = (
         "DataLoader workers)",
         group=JOB,
         flags=(Flag(("--shm-size",)),),
+    ),
+    Value(
+        path="network.fabric",
+        schema=choice(fabric.FABRICS),
+        default=fabric.SOCKET,
+        doc="the network between the nodes (docs/network-fabric.md): socket (TCP, adds nothing); "
+        f"efa (AWS: {fabric.EFA_RESOURCE} devices); infiniband or roce (network.deviceResource "
+        f"devices and {fabric.RDMA_CAPABILITY}: Pod Security privileged); hostNetwork (the node's "
+        f"network: privileged). Any but socket sets {trainer.ENV_NETWORK_FABRIC}, so a worker that "
+        "finds NCCL on sockets says why",
+        group=POD,
+        flags=(Flag(("--fabric",)),),
+    ),
+    Value(
+        path="network.deviceResource",
+        schema=text(P.optional(P.EXTENDED_RESOURCE), maxLength=317),
+        default="",
+        doc="the device plugin's resource each pod requests (requests and limits); empty = "
+        f"{fabric.EFA_RESOURCE} for efa. infiniband and roce need it: rdma/ib (CoreWeave), "
+        "rdma/<resourceName> of NVIDIA's RDMA shared device plugin, or your SR-IOV VF resource",
+        group=POD,
+        flags=(Flag(("--fabric-resource",)),),
+    ),
+    Value(
+        path="network.devices",
+        schema=integer(minimum=1, nullable=True),
+        default=None,
+        doc="devices per pod; null = for efa the adapters of network.instanceType ("
+        + ", ".join(f"{name} {count}" for name, count in fabric.EFA_DEVICES.items())
+        + "), else 1",
+        group=POD,
+        flags=(Flag(("--fabric-devices",), read="int"),),
+    ),
+    Value(
+        path="network.instanceType",
+        schema=text(P.optional(P.DNS1123_SUBDOMAIN), maxLength=253),
+        default="",
+        doc="the nodes' EC2 instance type, which gives efa its device count; a type the list "
+        "under network.devices lacks needs network.devices (`aws ec2 describe-instance-types "
+        "--query 'InstanceTypes[].NetworkInfo.EfaInfo'` says it)",
+        group=POD,
+        flags=(Flag(("--instance-type",)),),
+    ),
+    Value(
+        path="podSecurityLevel",
+        schema=choice(("", *fabric.POD_SECURITY_LEVELS)),
+        default="",
+        doc="the namespace's Pod Security level (its pod-security.kubernetes.io/enforce label), "
+        "if you know it: a network.fabric whose pods need more is refused. Empty = not said; "
+        "a fabric other than socket still names the level it needs",
+        group=POD,
+        flags=(Flag(("--pod-security",)),),
     ),
     Value(
         path="elastic.enabled",
@@ -620,6 +683,28 @@ VALUES: tuple[Value, ...] = (
         doc=f"admit the job through this Kueue LocalQueue (label {names.KUEUE_QUEUE_LABEL})",
         group=SCHEDULING,
         flags=(Flag(("--queue",)),),
+    ),
+    Value(
+        path="placement.topologyKey",
+        schema=text(P.optional(P.QUALIFIED_NAME), maxLength=317),
+        default="",
+        doc="place the job's pods in one domain of this node label (a network block, e.g. "
+        "cloud.google.com/gce-topology-block, or topology.kubernetes.io/zone): with "
+        "kueue.queueName, Kueue's Topology-Aware Scheduling annotation on the pods (the "
+        "queue's ResourceFlavor must name a Topology with this level); otherwise a pod "
+        "affinity to the job's other training pods on this key. Empty = no placement",
+        group=SCHEDULING,
+        flags=(Flag(("--topology-key",)),),
+    ),
+    Value(
+        path="placement.mode",
+        schema=choice(PLACEMENT_MODES),
+        default=PLACEMENT_MODES[0],
+        doc="required: every pod in one domain, or the pods wait (Kueue: "
+        f"{names.KUEUE_TOPOLOGY_ANNOTATIONS['required']}); preferred: one domain when it has "
+        f"room, else spread (Kueue: {names.KUEUE_TOPOLOGY_ANNOTATIONS['preferred']})",
+        group=SCHEDULING,
+        flags=(Flag(("--topology-mode",)),),
     ),
     Value(
         path="gang.scheduler",

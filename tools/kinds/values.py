@@ -45,6 +45,12 @@ POD_FIELDS: dict[str, str] = {
     "tolerations": "spec.tolerations",
     "affinity": "spec.affinity",
     "priorityClassName": "spec.priorityClassName",
+    "network.fabric": "container.env",
+    "network.deviceResource": "container.resources",
+    "network.devices": "container.resources",
+    "network.instanceType": "container.resources",
+    "placement.topologyKey": "spec.affinity",
+    "placement.mode": "spec.affinity",
     "istio.optOut": "metadata.annotations",
     "podSecurityContext": "spec.securityContext",
     "securityContext": "container.securityContext",
@@ -91,6 +97,7 @@ def common(job: str, pods: str, every: tuple[str, ...]) -> dict[str, Lands]:
         **{path: Lands((pods,)) for path in POD_FIELDS},
         "nodes": Lands((job, *KEEPER)),  # more than one node: a keeper holds the claim
         "kueue.queueName": Lands((job,)),
+        "podSecurityLevel": Lands((job,)),  # the job's network line names it
         "serviceAccount.create": Lands((SERVICE_ACCOUNT, pods)),
         "serviceAccount.annotations": Lands((SERVICE_ACCOUNT,)),
         "config": Lands((CONFIG_MAP,)),

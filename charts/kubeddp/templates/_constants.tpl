@@ -14,7 +14,11 @@ trainerComponent: trainer
 metricsComponent: metrics
 istioInjectAnnotation: sidecar.istio.io/inject
 checkpointsAnnotation: kubeddp.io/checkpoints
+networkAnnotation: kubeddp.io/network
 kueueQueueLabel: kueue.x-k8s.io/queue-name
+kueueTopologyAnnotations:
+  required: kueue.x-k8s.io/podset-required-topology
+  preferred: kueue.x-k8s.io/podset-preferred-topology
 gpuResource: nvidia.com/gpu
 metricsPort: 8479
 metricsPortName: metrics
@@ -135,6 +139,39 @@ volumeSources:
   - projected
 jobNamePattern: ^[a-z]([-a-z0-9]*[a-z0-9])?$
 maxJobNameLength: 40
+fabric:
+  env: KUBEDDP_NETWORK_FABRIC
+  socket: socket
+  hostNetwork: hostNetwork
+  deviceFabrics:
+    - efa
+    - infiniband
+    - roce
+  rdmaFabrics:
+    - infiniband
+    - roce
+  efaResource: vpc.amazonaws.com/efa
+  efaDevices:
+    p4d.24xlarge: 4
+    p4de.24xlarge: 4
+    p5.48xlarge: 32
+    p5e.48xlarge: 32
+  rdmaCapability: IPC_LOCK
+  levelRank:
+    restricted: 0
+    baseline: 1
+    privileged: 2
+  levelNeeded:
+    socket: restricted
+    efa: restricted
+    infiniband: privileged
+    roce: privileged
+    hostNetwork: privileged
+  whyLevel:
+    infiniband: the container adds IPC_LOCK to pin memory for RDMA
+    roce: the container adds IPC_LOCK to pin memory for RDMA
+    hostNetwork: 'hostNetwork: the pods use the node''s network'
+  hostNetworkDnsPolicy: ClusterFirstWithHostNet
 kinds:
   PyTorchJob:
     apiVersion: kubeflow.org/v1

@@ -87,6 +87,9 @@ annotations:
 {{- $queue = dict $c.kueueQueueLabel . }}
 {{- end }}
 {{- $storage := dict $c.checkpointsAnnotation (include "kubeddp.storageLine" .) }}
+{{- with (include "kubeddp.networkLine" .) }}
+{{- $_ := set $storage $c.networkAnnotation . }}
+{{- end }}
 {{- include "kubeddp.metadata" (dict "root" . "name" (include "kubeddp.fullname" .) "component" "job" "labels" (list $queue) "annotations" $storage) }}
 {{- end }}
 

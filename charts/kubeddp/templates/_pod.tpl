@@ -15,14 +15,14 @@ labels:
 {{- if .Values.istio.optOut }}
 {{- $_ := set $annotations $c.istioInjectAnnotation "false" }}
 {{- end }}
-{{- $annotations = merge $annotations .Values.podAnnotations }}
+{{- $annotations = merge $annotations (include "kubeddp.topologyAnnotations" . | fromYaml) .Values.podAnnotations }}
 {{- with $annotations }}
 annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
-{{/* resources plus the GPU count in requests and limits; a GPU pod also requests
+{{/* resources plus the GPU count and network.fabric's devices in requests and limits; a GPU pod also requests
 requestsPerGpu x GPUs of the cpu and memory resources names neither as a request nor as a limit
 (without requests a pod is BestEffort, the first evicted) */}}
 {{- define "kubeddp.resources" -}}
@@ -39,6 +39,12 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 {{- $unit := regexReplaceAll "^[0-9]+" (toString $perGpu) "" }}
 {{- $_ := set $resources.requests $name (printf "%d%s" (mul $count $gpus) $unit) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- with (include "kubeddp.fabricResource" .) }}
+{{- $device := dict . (include "kubeddp.fabricDevices" $) }}
+{{- range $section := list "requests" "limits" }}
+{{- $_ := set $resources $section (merge (deepCopy $device) (get $resources $section | default dict)) }}
 {{- end }}
 {{- end }}
 {{- with $resources }}
@@ -171,6 +177,10 @@ already, then extraEnv */}}
 {{- end }}
 {{- include "kubeddp.storageEnv" $root }}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
+{{- if ne $root.Values.network.fabric $c.fabric.socket }}
+- name: {{ $c.fabric.env }}
+  value: {{ $root.Values.network.fabric | quote }}
+{{- end }}
 {{- range $name, $path := $c.downwardEnv }}
 {{- if not (or (hasKey $root.Values.env $name) (include "kubeddp.inExtraEnv" (dict "list" $root.Values.extraEnv "name" $name)) (hasKey ($.fieldEnv | default dict) $name)) }}
 - name: {{ $name }}
@@ -219,7 +229,7 @@ sets its own) */}}
     {{- . | trim | nindent 4 }}
   {{- end }}
   securityContext:
-    {{- toYaml $root.Values.securityContext | nindent 4 }}
+    {{- include "kubeddp.containerSecurityContext" $root | trim | nindent 4 }}
   volumeMounts:
     {{- include "kubeddp.volumeMounts" $root | trim | nindent 4 }}
   # launch writes its one-line reason to /dev/termination-log; a crash before that shows the
@@ -237,17 +247,22 @@ the kubelet then skips the recursive chown of a large checkpoint volume at every
 {{- toYaml $context }}
 {{- end }}
 
-{{/* Pod placement: the training pods and the `helm test` pod */}}
+{{/* Pod placement of the `helm test` pod; the training pods' affinity also places them
+together (kubeddp.trainingAffinity): dict "root" $ "affinity" A */}}
 {{- define "kubeddp.placement" -}}
-{{- with .Values.nodeSelector }}
+{{- include "kubeddp.placementWith" (dict "root" . "affinity" .Values.affinity) }}
+{{- end }}
+
+{{- define "kubeddp.placementWith" -}}
+{{- with .root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with .root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with .affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -286,8 +301,12 @@ spec:
   securityContext:
     {{- include "kubeddp.podSecurityContext" $root | trim | nindent 4 }}
   terminationGracePeriodSeconds: {{ include "kubeddp.terminationGrace" $root }}
-  {{- with (include "kubeddp.placement" $root) }}
+  {{- with (include "kubeddp.placementWith" (dict "root" $root "affinity" (include "kubeddp.trainingAffinity" $root | fromYaml))) }}
   {{- . | trim | nindent 2 }}
+  {{- end }}
+  {{- if eq $root.Values.network.fabric "hostNetwork" }}
+  hostNetwork: true
+  dnsPolicy: {{ (include "kubeddp.constants" $root | fromYaml).fabric.hostNetworkDnsPolicy }}
   {{- end }}
   containers:
     {{- include "kubeddp.container" . | trim | nindent 4 }}

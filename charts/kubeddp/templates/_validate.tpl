@@ -64,6 +64,7 @@ backticks, which render turns into its options, and says how to fix it.
 {{- include "kubeddp.validateCheckpoints" . }}
 {{- include "kubeddp.validateVolumes" . }}
 {{- include "kubeddp.validateEnv" . }}
+{{- include "kubeddp.validateNetwork" . }}
 {{- range $name, $settings := $v.monitoring }}
 {{- if not $settings.enabled }}
 {{- range $key := list "labels" "interval" }}
