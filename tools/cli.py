@@ -194,9 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_check(argv: list[str]) -> int:
-    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: 0 no pitfall, 1 pitfalls (one line each:
-    file:line: rule: pitfall; fix), 2 a script that cannot be read."""
-    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file
+    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: every finding, one line each (file:line:
+    pitfall|advice rule: what; fix); 0 no pitfall (advice is shown), 1 pitfalls, 2 a script
+    that cannot be read."""
+    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file, pitfalls
 
     own, program_args = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
@@ -204,7 +205,8 @@ def cmd_check(argv: list[str]) -> int:
     parser = OneLineErrorParser(
         prog="kubeddp check",
         description="read a training script without running it and name each DDP pitfall "
-        "with its line and fix; the program's own arguments follow --",
+        "(exit 1) and piece of advice (exit 0) with its line and fix; the program's own "
+        "arguments follow --",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
     parser.add_argument(
@@ -217,7 +219,7 @@ def cmd_check(argv: list[str]) -> int:
         return _fail("check", str(exc))
     for finding in findings:
         print(finding.shown(args.script))
-    return exit_codes.TRAINING_FAILED if findings else exit_codes.OK
+    return exit_codes.TRAINING_FAILED if pitfalls(findings) else exit_codes.OK
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,16 @@ __all__ = [
 ]
 
 
+def _spawn_refusal(args: Any) -> str | None:
+    """launch's refusal of a program that starts its own workers on several nodes."""
+    if not getattr(args, "script", None):
+        return None
+    from kubeddp.trainer.launcher.program_options import script_spawn_refusal
+
+    nodes = getattr(args, "elastic", None) or getattr(args, "nodes", None)
+    return script_spawn_refusal(args.script, nodes, getattr(args, "spawns_workers", None))
+
+
 def _stderr(line: str) -> None:
     from kubeddp.tools.output import say
 
@@ -205,6 +215,9 @@ class Client:
 
         notes: list[str] = []
         args = render_args(kind, options, program_args)
+        refusal = _spawn_refusal(args)
+        if refusal:  # what launch would refuse in every pod, refused before the job exists
+            raise KubeddpError(refusal, exit_codes.BAD_INPUT, command)
         docs = render_documents(*values_from_args(args), notes=notes)
         self._refuse_problems(
             command, validate_documents(docs, command, self._crd_schemas(docs, against, command))

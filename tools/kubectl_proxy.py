@@ -59,6 +59,7 @@ START_SECONDS = 15  # kubectl reads the kubeconfig and listens; it dials nothing
 SERVING = re.compile(rb"Starting to serve on (\S+)")
 UNIX_SOCKETS = hasattr(socket, "AF_UNIX") and sys.platform != "win32"
 STOP_SECONDS = 5
+END_SECONDS = 1.0  # how long an exited kubectl takes to be reaped, at most
 POLL_SECONDS = 0.1  # how often a wait for kubectl's output looks whether kubectl still runs
 OWN_GROUP = hasattr(os, "killpg")  # POSIX: kubectl runs in a process group of its own
 # What kubectl proxy answers (500, text/plain, a Go error) when it cannot get an answer from
@@ -150,7 +151,10 @@ class KubectlProxy:
         found = SERVING.search(seen)
         if found:
             return found.group(1).decode(errors="replace")
-        ended = self.process.poll()
+        try:  # its stdout ended a moment before its exit status can be read
+            ended = self.process.wait(timeout=END_SECONDS)
+        except subprocess.TimeoutExpired:
+            ended = None  # still running: it never said it serves
         self.close()
         why = b"" if self.process.stderr is None else _read_until(self.process.stderr, None, 1)
         why_text = " ".join(why.decode(errors="replace").split()).removeprefix("error: ")[:300]

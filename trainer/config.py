@@ -320,6 +320,11 @@ class RetriesConfig:
     )
 
 
+# The stall watch looks every stall_seconds / 10, at most every 0.2 s, and a step, a save or a
+# collective waiting on the slowest rank takes that long on a healthy run.
+MIN_STALL_SECONDS = 1.0
+
+
 @dataclass
 class DiagnosticsConfig:
     enabled: bool = setting(
@@ -328,8 +333,10 @@ class DiagnosticsConfig:
     stall_seconds: float = setting(
         180.0,
         "a rank that has not advanced for this long is stalled: its stacks and collectives are "
-        "captured (well below the 600 s collective timeout)",
-        above=0.0,
+        "captured (well below the 600 s collective timeout). At least "
+        f"{MIN_STALL_SECONDS:g} s: a shorter one reads a healthy step as a stall, and "
+        "`on_stall=exit` then ends every run",
+        minimum=MIN_STALL_SECONDS,
         maximum=ONE_WEEK_SECONDS,
     )
     on_stall: str = setting(

@@ -19,7 +19,14 @@ import pytest
 from kubeddp.tools.cli import main
 from kubeddp.trainer.launcher import pod
 from tests.helpers import fake_api
-from tests.helpers.bad_inputs import API_COMMANDS, API_ROWS, Row, all_rows, error_lines
+from tests.helpers.bad_inputs import (
+    ANSWER_MISBEHAVIOUR,
+    API_COMMANDS,
+    TRANSPORT_ROWS,
+    Row,
+    all_rows,
+    error_lines,
+)
 
 pytestmark = pytest.mark.timeout(60)
 ROWS = [row for row in all_rows() if not row.training]  # training runs: as processes only
@@ -123,9 +130,9 @@ def test_the_table_is_large() -> None:
 
 def test_each_misbehaviour_meets_a_command_and_each_command_a_misbehaviour() -> None:
     """A new misbehaviour of tests/helpers/fake_api.py (or a new cluster command) needs its row
-    in tests/helpers/bad_inputs.API_ROWS."""
-    assert sorted(API_ROWS) == sorted(fake_api.MISBEHAVIOURS)
-    assert sorted(set(API_ROWS.values())) == sorted(API_COMMANDS)
+    in tests/helpers/bad_inputs.TRANSPORT_ROWS."""
+    assert sorted([*TRANSPORT_ROWS, ANSWER_MISBEHAVIOUR]) == sorted(fake_api.MISBEHAVIOURS)
+    assert sorted(set(TRANSPORT_ROWS.values())) == sorted(API_COMMANDS)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher import command_name, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 
 if TYPE_CHECKING:
@@ -58,10 +58,15 @@ def torchrun_argv(
 
 
 def torchrun_args(plan: RendezvousPlan) -> argparse.Namespace:
-    """torchrun's parsed arguments for the plan (the installed torch's own parser)."""
+    """torchrun's parsed arguments for the plan (the installed torch's own parser). The
+    workers' arguments are set, not parsed: argparse would read a program's `--log 5` as an
+    abbreviation of torchrun's --log-dir (and refuse it as ambiguous)."""
     from torch.distributed.run import get_args_parser
 
-    return get_args_parser().parse_args(plan.argv[1:])
+    cut = plan.argv.index("--module") + 2  # up to the worker module, which torchrun runs
+    args = get_args_parser().parse_args(plan.argv[1:cut])
+    args.training_script_args = plan.argv[cut:]
+    return args
 
 
 def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
@@ -243,10 +248,11 @@ def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
     early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
     if early:
         code = exit_codes.TRAINING_FAILED
-        _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
-             "returned (exit 0) while its peers still ran, so their collectives failed; "
-             "end every rank together (the same steps, then destroy_process_group): exit "
-             f"code {exit_codes.describe(code)}")  # fmt: skip
+        _log(command_name.error(
+            f"rank {', '.join(map(str, early))} of the program returned (exit 0) while its "
+            "peers still ran, so their collectives failed; end every rank together (the same "
+            f"steps, then destroy_process_group): exit code {exit_codes.describe(code)}"
+        ))  # fmt: skip
         return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
     reason = f"workers failed: exit code {exit_codes.describe(code)}"
     _log(f"[kubeddp] training failed (worker exit code {code}): exit code "

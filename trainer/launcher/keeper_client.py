@@ -243,16 +243,18 @@ class KeeperClient:
 
     # ---- many blocks at once -----------------------------------------------------------------
     def _in_parallel(self, tasks: Iterable[Callable[[], None]]) -> None:
-        """Run every task on the pool; the first failure cancels what has not started and is
-        raised once the running ones are done."""
+        """Run every task on the pool; the first failure cancels what has not started and a
+        failure is raised once the running ones are done: the cause, not its echo (a keeper that
+        refuses one block (507, a full disk) drops the upload, and the blocks still in flight
+        then hear 404 for it)."""
         futures = [self._pool.submit(task) for task in tasks]
-        done, pending = concurrent.futures.wait(futures, return_when="FIRST_EXCEPTION")
+        _, pending = concurrent.futures.wait(futures, return_when="FIRST_EXCEPTION")
         for future in pending:
             future.cancel()
         concurrent.futures.wait(pending)
-        for future in futures:
-            if future.done() and not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
+        failures = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+        if failures:
+            raise next((e for e in failures if getattr(e, "status", None) != 404), failures[0])
 
     def _count_bytes(self, count: int) -> None:
         with self._count:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import CheckpointConfig
-from kubeddp.trainer.launcher import checkpoint_sync, keeper_sizing
+from kubeddp.trainer.launcher import checkpoint_sync, command_name, keeper_sizing
 from kubeddp.trainer.launcher.keeper_client import KeeperAuthError, KeeperError, KeeperSettingError
 from kubeddp.trainer.launcher.keeper_reach import KeeperGaveUp
 from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
@@ -63,7 +63,7 @@ def start_failed(exc: BaseException, log: Log) -> int:
         code = exit_codes.RETRIES_EXHAUSTED
     elif isinstance(exc, KeeperAuthError) or not isinstance(exc, KeeperError):
         code = exit_codes.BAD_INPUT
-    log(f"kubeddp launch: error: {exc}; exit code {exit_codes.describe(code)}")
+    log(command_name.error(f"{exc}; exit code {exit_codes.describe(code)}"))
     write_termination_message(str(exc))
     return code
 
@@ -90,6 +90,6 @@ def finish(
         f"within {seconds:.0f} s; exit code {exit_codes.describe(not_kept)}: the next pod "
         "resumes from the keeper's newest checkpoint"
     )
-    log(f"kubeddp launch: error: {line}")
+    log(command_name.error(line))
     write_termination_message(line)
     return not_kept

@@ -52,6 +52,9 @@ class Staged:
     received: list[set[int]]
     receiving: set[tuple[int, int]] = field(default_factory=set)
     touched: float = field(default_factory=time.monotonic)
+    # Set when the upload was dropped: its files are closed and removed once no block is still
+    # being written (closing an fd under a writing thread could hand its number to another file).
+    dropped: StoreError | None = None
 
     def missing(self) -> int:
         return sum(
@@ -101,15 +104,16 @@ class Uploads:
             raise storage_error(exc, f"staging {upload.name}") from None
         return txn
 
-    def abort(self, txn: str) -> bool:
+    def abort(self, txn: str, cause: StoreError | None = None) -> bool:
+        """Drop an upload; blocks still arriving for it are answered with `cause`."""
         with self.lock:
             staged = self.staged.pop(txn, None)
-        if staged is None:
-            return False
-        for fd in staged.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        shutil.rmtree(staged.folder, ignore_errors=True)
+            if staged is None:
+                return False
+            staged.dropped = cause or StoreError(404, f"upload {txn} was aborted; begin again")
+            idle = not staged.receiving
+        if idle:
+            _release(staged)
         return True
 
     def expire(self) -> None:
@@ -156,12 +160,18 @@ class Uploads:
         except OSError as exc:
             if isinstance(exc, (TimeoutError, ConnectionError)):
                 raise
-            self.abort(txn)  # a full disk: the parts go now, the client hears 507
-            raise storage_error(exc, f"staging {staged.upload.name}") from None
+            cause = storage_error(exc, f"staging {staged.upload.name}")
+            self.abort(txn, cause)  # a full disk: the parts go, every block hears 507
+            raise (staged.dropped or cause) from None
         finally:
             with self.lock:
                 staged.receiving.discard((file_no, block_no))
                 staged.touched = time.monotonic()
+                last = staged.dropped is not None and not staged.receiving
+            if last:
+                _release(staged)
+        if staged.dropped is not None:  # dropped while this block arrived
+            raise staged.dropped
 
     # ---- commit ------------------------------------------------------------------------------
     def commit(self, txn: str) -> list[str]:
@@ -222,6 +232,13 @@ class Uploads:
         finally:
             os.close(source)
             os.close(parent)
+
+
+def _release(staged: Staged) -> None:
+    for fd in staged.fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    shutil.rmtree(staged.folder, ignore_errors=True)
 
 
 def _check_marker(staged: Staged) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
 from kubeddp.trainer.config import ConfigError, add_config_options
-from kubeddp.trainer.launcher import end_signals, torchrun_cli
+from kubeddp.trainer.launcher import command_name, end_signals, scratch, torchrun_cli
 from kubeddp.trainer.launcher.launch_plan import (
     MAX_RDZV_WAIT_SECONDS,
     dry_run,
@@ -149,18 +149,19 @@ def launch_with(
         return dry_run(launch_plan)
     try:
         cfg, deadline = preflight(args, launch_plan, env)
-    except (ConfigError, RendezvousError) as exc:
+        return run_launch(launch_plan, cfg, deadline, env)
+    except (ConfigError, RendezvousError, scratch.ScratchError) as exc:
         return _bad_input(exc)
-    return run_launch(launch_plan, cfg, deadline, env)
 
 
 def _bad_input(problem: object) -> int:
-    _log(f"kubeddp launch: error: {problem}")
+    _log(command_name.error(problem))
     return exit_codes.BAD_INPUT
 
 
-def train_parser() -> argparse.ArgumentParser:
-    """`kubeddp train`'s options (torchrun's flags among them)."""
+def train_parser(torchrun_options: bool = True) -> argparse.ArgumentParser:
+    """`kubeddp train`'s options (torchrun's flags among them; `torchrun_options=False`: only
+    the ones kubeddp defines, without importing torch)."""
     p = OneLineErrorParser(
         prog="kubeddp train",
         description="train on this machine (or, with --nnodes, on several hosts); with "
@@ -191,6 +192,8 @@ def train_parser() -> argparse.ArgumentParser:
     add_program_options(p)
     add_node_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
+    if torchrun_options:
+        torchrun_cli.add_torchrun_options(p)
     return p
 
 
@@ -202,26 +205,27 @@ def train_main(argv: list[str]) -> int:
     if positional is None:
         own, after_dash = _split_worker_args(argv)
     else:
-        own, program, after_dash = positional
-        own = [*own, *program]
+        own, program, after_program = positional
+        own, after_dash = [*own, *program], torchrun_cli.program_arguments(after_program)
     args = p.parse_args(own)
     for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
         if problem:
             p.error(problem)
     options = _as_launch_options(args)
-    return _with_end_signals(
-        lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
-    )
+    with command_name.running(command_name.TRAIN):
+        return _with_end_signals(
+            lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
+        )
 
 
 def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
-    """What `kubeddp check` would say about the script, as warnings."""
+    """The pitfalls `kubeddp check` would name in the script, as warnings."""
     if args.script is None:
         return
     from kubeddp.trainer.launcher.script_check import warnings_for
 
     warned = warnings_for(args.script, args.nnodes, after_dash)
-    if not any(": spawn-several-nodes: " in line for line in warned):  # launch refuses it
+    if not any(" spawn-several-nodes: " in line for line in warned):  # launch refuses it
         for line in warned:
             _log(f"kubeddp train: warning: {line}")
 
@@ -238,4 +242,6 @@ def _as_launch_options(args: argparse.Namespace) -> argparse.Namespace:
     options.spawns_workers = args.spawns_workers
     for name in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id"):
         setattr(options, name, getattr(args, name))
+    options.torchrun_flags = torchrun_cli.passed_on(args, torchrun_cli.torchrun_actions())
+    options.no_python = torchrun_cli.torchrun_option(args, "no_python")
     return options

@@ -23,7 +23,7 @@ from kubeddp.trainer.config import (
     load_config_options,
     parse_config_options,
 )
-from kubeddp.trainer.launcher import trainjob_status
+from kubeddp.trainer.launcher import scratch, trainjob_status
 from kubeddp.trainer.launcher.agent import WORKER_MODULE
 from kubeddp.trainer.launcher.program_options import (
     ProgramError,
@@ -127,7 +127,8 @@ def _worker_command(
     arguments torchrun passes on: the runner's, for a program; none for the built-in trainer,
     whose workers get the config launch loads in their environment (process_contract.py)."""
     note = (lambda text: _log(f"[kubeddp] {text}")) if args.dry_run else None
-    program = program_from_options(args.script, args.module, after_dash, note)
+    no_python = getattr(args, "no_python", False)  # kubeddp train's torchrun --no-python
+    program = program_from_options(args.script, args.module, after_dash, note, no_python)
     if program is None:
         return config_options(args, after_dash), None, []
     option = "--script" if args.script is not None else "--module"
@@ -159,6 +160,7 @@ def plan_launch(
         gpu_count=gpus,
         worker_module=RUNNER_MODULE if program is not None else WORKER_MODULE,
         node_flags=node_flags(args),
+        torchrun_flags=getattr(args, "torchrun_flags", ()),  # kubeddp train's torchrun options
     )
     refusal = spawn_refusal(program, plan.nnodes) if spawns and program else None
     if refusal:
@@ -176,12 +178,16 @@ def preflight(
     args: argparse.Namespace, launch_plan: LaunchPlan, env: Mapping[str, str]
 ) -> tuple[Config, float]:
     """The config and the rendezvous wait, checked before any wait or process starts; raises
-    ConfigError or RendezvousError."""
+    ConfigError, RendezvousError or ScratchError."""
     # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
     cfg = load_config_options(launch_plan.options, env)
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
+    # launch's agent and its workers write to /tmp: read-only or full, each worker would fail
+    problem = scratch.problem() if launch_plan.rdzv.source != "torchrun" else None
+    if problem:
+        raise scratch.ScratchError(problem)
     trainjob_status.check_env(env)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)
 

@@ -16,6 +16,7 @@ from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.launcher import (
     checkpoint_sync,
+    command_name,
     end_signals,
     finished_run,
     keeper_pod,
@@ -28,6 +29,7 @@ from kubeddp.trainer.launcher.metrics_server import (
     PodMetricsEndpoint,
     start_for_launch,
 )
+from kubeddp.trainer.launcher.program_options import program_fingerprint
 from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
 from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
@@ -85,7 +87,7 @@ def _run_identity(launch_plan: LaunchPlan, config: dict, resume: str) -> str | N
     plan, program = launch_plan.rdzv, launch_plan.program
     if not plan.in_kubernetes or resume == "never":
         return None
-    command = program.command_line() if program is not None else ""
+    command = program_fingerprint(program) if program is not None else ""
     return finished_run.run_identity(config, command, plan.nnodes, plan.nproc_per_node)
 
 
@@ -127,7 +129,7 @@ def _run_pod(
     budget = RetryBudget(cfg.checkpoint.dir, limit, progress=progress)
     refusal = budget.start()
     if refusal:
-        _log(f"kubeddp launch: error: {refusal}")
+        _log(command_name.error(refusal))
         write_termination_message(refusal)
         return exit_codes.RETRIES_EXHAUSTED
     try:
@@ -139,7 +141,7 @@ def _run_pod(
         shared_host = not plan.in_kubernetes and plan.nnodes != "1"
         metrics = start_for_launch(cfg.metrics, plan.in_kubernetes, _log, shared_host)
     except MetricsSetupError as exc:
-        _log(f"kubeddp launch: error: {exc}")
+        _log(command_name.error(exc))
         budget.ended(exit_codes.BAD_INPUT, str(exc))
         return exit_codes.BAD_INPUT
     outcome = Outcome(exit_codes.TRAINING_FAILED)
@@ -183,9 +185,9 @@ def _ended(budget: RetryBudget, outcome: Outcome) -> int:
     """Record how the run ended; a failure's one line becomes the pod's termination message."""
     if outcome.code == exit_codes.RDZV_UNREACHABLE:
         code = exit_codes.describe(outcome.code)
-        _log(f"kubeddp launch: error: {outcome.reason}; exit code {code}")
+        _log(command_name.error(f"{outcome.reason}; exit code {code}"))
     elif outcome.code == exit_codes.RETRIES_EXHAUSTED:
-        _log(f"kubeddp launch: error: {outcome.reason}")
+        _log(command_name.error(outcome.reason))
     if outcome.code != exit_codes.RETRIES_EXHAUSTED:
         budget.ended(outcome.code, outcome.reason)
     if outcome.code != exit_codes.OK:

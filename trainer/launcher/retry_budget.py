@@ -45,6 +45,29 @@ class RetryRecord:
     last_reason: str = ""
 
 
+# What each field of a record must hold (bool is an int to Python, not here).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "progress_ns": (int,), "restarts": (int,), "last_exit": (int, type(None)),
+    "last_reason": (str,),
+}  # fmt: skip
+
+
+def parse_record(text: str) -> RetryRecord:
+    """A record from its JSON text; ValueError (one line) for anything else: another writer's
+    file, a hand edit, a field of the wrong type (a string count once ended every start with an
+    internal error)."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    for name, kinds in _FIELD_TYPES.items():
+        value = data.get(name, getattr(RetryRecord(), name))
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(f"{name} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+    if data.get("restarts", 0) < 0:
+        raise ValueError(f"restarts is {data['restarts']}, below 0")
+    return RetryRecord(**{name: data[name] for name in _FIELD_TYPES if name in data})
+
+
 def progress_marker(directory: Path, depth: int = 3) -> int:
     """The newest st_mtime_ns of a file under `directory` (hidden names skipped), 0 if none."""
     newest = 0
@@ -94,12 +117,22 @@ class RetryBudget:
         self.record = RetryRecord()
 
     def _load(self) -> RetryRecord | None:
-        """The record of the previous start; None for the first start (or an unreadable one)."""
+        """The record of the previous start; None for the first start, or (said in a line) for
+        one that cannot be read: the count starts afresh rather than stopping the pod."""
         try:
-            data = json.loads(self.path.read_text())
-            return RetryRecord(**{k: data[k] for k in asdict(RetryRecord()) if k in data})
-        except (OSError, ValueError, TypeError):
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            problem = str(exc)
+        else:
+            try:
+                return parse_record(text)
+            except ValueError as exc:
+                problem = str(exc)
+        _log(f"[kubeddp] warning: retry record {self.path} is unreadable ({problem}); this "
+             "start counts restarts afresh")  # fmt: skip
+        return None
 
     def _save(self) -> None:
         try:

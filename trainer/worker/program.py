@@ -2,6 +2,7 @@
 
     python -m kubeddp.trainer.worker.program script PATH [ARGS...]   # like python PATH ARGS
     python -m kubeddp.trainer.worker.program module NAME [ARGS...]   # like python -m NAME ARGS
+    python -m kubeddp.trainer.worker.program executable PROG [ARGS...]   # PROG ARGS (--no-python)
 
 `kubeddp launch --script/--module` starts this under torchrun. The program sees what `python`
 would give it (`__name__ == "__main__"`, `sys.argv`, `sys.path[0]`), plus what kubeddp adds:
@@ -28,7 +29,7 @@ from typing import NoReturn
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.worker import program_watch, stop_signal
+from kubeddp.trainer.worker import program_rendezvous, program_watch, spawn_guard, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
@@ -38,7 +39,7 @@ RUNNER_LATE_IMPORTS = (
     "json", "kubeddp.trainer.config", "kubeddp.trainer.worker.preemption", "linecache",
     "tokenize",
 )  # fmt: skip
-MODES = ("script", "module")
+MODES = ("script", "module", "executable")
 # torchrun's description of one worker: a program that spawns its own workers gets the
 # environment `python` would give it, or its children would all read rank 0 of a world of 1.
 TORCHRUN_WORKER_VARS = (
@@ -50,8 +51,8 @@ TORCHRUN_WORKER_VARS = (
 
 @dataclass(frozen=True)
 class Program:
-    mode: str  # "script" | "module"
-    target: str  # a file path, or a module name
+    mode: str  # "script" | "module" | "executable" (torchrun's --no-python)
+    target: str  # a file path, a module name, or a program (a path, or a name on PATH)
     args: tuple[str, ...] = ()
 
     def runner_args(self) -> list[str]:
@@ -60,11 +61,11 @@ class Program:
 
     @property
     def shown(self) -> str:
-        return self.target if self.mode == "script" else f"-m {self.target}"
+        return f"-m {self.target}" if self.mode == "module" else self.target
 
     def command_line(self) -> str:
-        """As one would type it after `python`, for the log."""
-        start = [self.target] if self.mode == "script" else ["-m", self.target]
+        """As one would type it after `python` (an executable: as is), for the log."""
+        start = ["-m", self.target] if self.mode == "module" else [self.target]
         return shlex.join([*start, *self.args])
 
 
@@ -124,9 +125,15 @@ def run_program(program: Program) -> NoReturn:
     """Run the program in this process, then end the process with its exit code."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
     _own_imports_first()
+    if program.mode == "executable":
+        _exec(program)
     if os.environ.get(process_contract.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)
+    elif os.environ.get("LOCAL_RANK") == "0":  # a program that spawns its own is named once
+        with contextlib.suppress(ValueError):
+            spawn_guard.install(program.shown, int(os.environ.get("WORLD_SIZE", "1")))
+    program_rendezvous.install()  # a tcp:// init, or a MASTER_PORT of the program's own
     stop_signal.install(_preempt_grace_seconds())
     process_contract.note_start()
     program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
@@ -155,6 +162,17 @@ def run_program(program: Program) -> NoReturn:
     _leave(code)
 
 
+def _exec(program: Program) -> NoReturn:
+    """torchrun's --no-python: the program replaces this process (its pid, so torchrun's
+    signals and the launcher's death reach it), and its exit code is the worker's."""
+    try:
+        os.execvp(program.target, [program.target, *program.args])
+    except OSError as exc:
+        _log(f"cannot run {program.target}: {exc.strerror}; exit code "
+             f"{exit_codes.describe(exit_codes.BAD_INPUT)}")  # fmt: skip
+        os._exit(exit_codes.BAD_INPUT)
+
+
 def _leave(code: int) -> NoReturn:
     """End as the interpreter's shutdown would, short of tearing down torch's C++ state: a
     process group, DDP module or c10d store met there can abort the process (SIGABRT,
@@ -169,7 +187,9 @@ def _leave(code: int) -> NoReturn:
                 thread.join()
     atexit._run_exitfuncs()
     for obj in gc.get_objects():  # files the program left open, as their finalizers would
-        if isinstance(obj, io.IOBase):
+        # type(obj), not isinstance: isinstance reads obj.__class__, and a deprecated object
+        # (torch.distributed.reduce_op) warns on every attribute read
+        if issubclass(type(obj), io.IOBase):
             with contextlib.suppress(Exception):
                 if not obj.closed and obj.writable():
                     obj.flush()
@@ -183,8 +203,8 @@ def _leave(code: int) -> NoReturn:
 def parse(argv: list[str]) -> Program:
     if len(argv) < 2 or argv[0] not in MODES:
         raise SystemExit(
-            f"usage: python -m {RUNNER_MODULE} {{script PATH|module NAME}} [ARGS...]; "
-            "kubeddp launch --script/--module starts it"
+            f"usage: python -m {RUNNER_MODULE} {{script PATH|module NAME|executable PROG}} "
+            "[ARGS...]; kubeddp launch --script/--module starts it"
         )
     return Program(argv[0], argv[1], tuple(argv[2:]))
 
