@@ -1,6 +1,8 @@
 """The checkpoint keeper against `cp` + fsync of the same checkpoint files on the same disk, in
 one run: a pod's send of one checkpoint (push), a starting pod's fetch, 8 pods starting at
-once, and what the keeper's process spends (CPU-seconds per GiB it took or gave).
+once, and the CPU-seconds per GiB moved on each side: the keeper's process, the pod's (this
+process, which runs the pod's sync code and nothing else meanwhile) and `cp`'s. CPU per GiB
+hardly depends on what else the machine runs; the wall-clock ratio does.
 
     python -m tests.bench.bench_keeper --sizes-mib 1024,4096 [--reps 2] [--rsync]
 
@@ -73,18 +75,43 @@ def _fsync_tree(root: Path) -> None:
     os.close(fd)
 
 
-def cp_fsync(source: Path, dest: Path) -> float:
-    """Seconds for `cp -r` of the checkpoint directory and fsync of every file and folder."""
+def own_cpu_seconds(children: bool = False) -> float:
+    """User + system CPU of this process (all its threads), or of its finished children."""
+    t = os.times()
+    return t.children_user + t.children_system if children else t.user + t.system
+
+
+def cp_fsync(source: Path, dest: Path, cpu: list[float] | None = None) -> float:
+    """Seconds for `cp -r` of the checkpoint directory and fsync of every file and folder (the
+    CPU they took is added to `cpu`)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    before = own_cpu_seconds(), own_cpu_seconds(children=True)
     start = time.perf_counter()
     subprocess.run(["cp", "-r", str(source), str(dest)], check=True, timeout=3600)
     _fsync_tree(dest)
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(own_cpu_seconds() - before[0] + own_cpu_seconds(children=True) - before[1])
+    return took
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """The keeper's and this process's (the pod's) CPU-seconds over the blocks measured."""
+
+    def __init__(self, keeper_pid: int) -> None:
+        self.pid, self.keeper, self.pod = keeper_pid, 0.0, 0.0
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        keeper, pod = cpu_seconds(self.pid), own_cpu_seconds()
+        yield
+        self.keeper += cpu_seconds(self.pid) - keeper
+        self.pod += own_cpu_seconds() - pod
 
 
 @contextlib.contextmanager
@@ -148,24 +175,28 @@ def measure_size(work: Path, size: int, reps: int) -> dict:
     pod, claim = work / "pod", work / "claim"
     unit = make_checkpoint(pod, size)
     times: dict[str, list[float]] = {"cp_push": [], "push": [], "cp_fetch": [], "fetch": []}
-    cpu = {"push": 0.0, "fetch": 0.0}
+    cp_cpu: dict[str, list[float]] = {"push": [], "fetch": []}
     with keeper(claim, work) as (proc, url, secret):
+        meters = {"push": CpuMeter(proc.pid), "fetch": CpuMeter(proc.pid)}
         for _ in range(reps):
-            times["cp_push"].append(cp_fsync(unit, work / "cp-push" / unit.name))
+            times["cp_push"].append(cp_fsync(unit, work / "cp-push" / unit.name, cp_cpu["push"]))
             shutil.rmtree(work / "cp-push")
-            before = cpu_seconds(proc.pid)
-            times["push"].append(_timed_push(url, secret, pod))
-            cpu["push"] += cpu_seconds(proc.pid) - before
-            times["cp_fetch"].append(cp_fsync(claim / unit.name, work / "cp-fetch" / unit.name))
+            with meters["push"].measuring():
+                times["push"].append(_timed_push(url, secret, pod))
+            cp_fetch = work / "cp-fetch" / unit.name
+            times["cp_fetch"].append(cp_fsync(claim / unit.name, cp_fetch, cp_cpu["fetch"]))
             shutil.rmtree(work / "cp-fetch")
-            before = cpu_seconds(proc.pid)
-            times["fetch"].append(_timed_fetch(url, secret, work / "fetched"))
-            cpu["fetch"] += cpu_seconds(proc.pid) - before
+            with meters["fetch"].measuring():
+                times["fetch"].append(_timed_fetch(url, secret, work / "fetched"))
             shutil.rmtree(work / "fetched")
             shutil.rmtree(claim / unit.name)  # the next push is a new checkpoint again
     shutil.rmtree(pod)
     gib = size * reps / GIB
-    return {"size": size, "times": times, "cpu_per_gib": {k: v / gib for k, v in cpu.items()}}
+    cpu = {
+        way: {"keeper": m.keeper / gib, "pod": m.pod / gib, "cp": sum(cp_cpu[way]) / gib}
+        for way, m in meters.items()
+    }
+    return {"size": size, "times": times, "cpu_per_gib": cpu}
 
 
 def size_rows(result: dict) -> list[Row]:
@@ -181,7 +212,8 @@ def size_rows(result: dict) -> list[Row]:
                 median(times[base]) / median(times[way]),
                 "cp -r + fsync of the same files on the same disk, alternating in one run",
                 f"keeper {_rate(size, median(times[way]))} ({median(times[way]):.1f} s), cp + "
-                f"fsync {_rate(size, median(times[base]))}; keeper CPU {cpu[way]:.2f} s/GiB",
+                f"fsync {_rate(size, median(times[base]))}; CPU s/GiB: keeper "
+                f"{cpu[way]['keeper']:.2f}, pod {cpu[way]['pod']:.2f} (cp {cpu[way]['cp']:.2f})",
                 GOAL,
                 spread(ratios)
                 + (
@@ -189,7 +221,13 @@ def size_rows(result: dict) -> list[Row]:
                     if way == "fetch"
                     else ""
                 ),
-                {"seconds": times[way], "baseline_seconds": times[base], "cpu_s_per_gib": cpu[way]},
+                {
+                    "seconds": times[way],
+                    "baseline_seconds": times[base],
+                    "cpu_s_per_gib": cpu[way]["keeper"],
+                    "pod_cpu_s_per_gib": cpu[way]["pod"],
+                    "cp_cpu_s_per_gib": cpu[way]["cp"],
+                },
             )
         )
     return rows

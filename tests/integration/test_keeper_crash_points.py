@@ -92,7 +92,7 @@ def _keeper_holds_one_version(root: Path) -> str:
     assert set(record["files"]) == {"state.pt", "config.yaml", "COMPLETE"}, record
     for rel, entry in record["files"].items():
         assert digest_file(unit / rel).to_json() == {
-            k: entry[k] for k in ("size", "block", "blocks")
+            k: entry[k] for k in ("size", "block", "algorithm", "blocks")
         }
     assert not os.listdir(root / ".kubeddp-keeper" / "aside")
     return version

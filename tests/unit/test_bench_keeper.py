@@ -23,6 +23,9 @@ def test_the_keeper_bench_measures_every_row(tmp_path: Path) -> None:
     ]
     for row in rows:
         assert row.ratio is not None and math.isfinite(row.ratio) and row.ratio > 0, row
+    for row in rows[:2]:  # CPU per GiB on each side, and cp's (a tiny size may round to 0)
+        for key in ("cpu_s_per_gib", "pod_cpu_s_per_gib", "cp_cpu_s_per_gib"):
+            assert math.isfinite(row.extra[key]) and row.extra[key] >= 0, (key, row)
     for row in rows[2:]:  # only the readers fetch it, once each
         assert row.ratio == 1.0 and row.extra["moved"] == row.extra["readers"] * row.extra["size"]
     assert not (tmp_path / "keeper").exists()  # its gigabytes are removed

@@ -1,5 +1,6 @@
-"""What the checkpoint writer records of its files (sizes, one SHA-256 per block, in COMPLETE),
-and that a step saved again can never lose both its copies."""
+"""What the checkpoint writer records of its files (sizes, one BLAKE3 digest per block, in
+COMPLETE; an older kubeddp's SHA-256 still read), and that a step saved again can never lose
+both its copies."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import hashlib
 import json
 import os
 
+import blake3
 import pytest
 
 from kubeddp.trainer.checkpoint_digest import (
+    ALGORITHM,
     MIN_BLOCK_BYTES,
     BlockHasher,
     DigestError,
@@ -21,20 +24,42 @@ from kubeddp.trainer.checkpoint_digest import (
 from kubeddp.trainer.worker.checkpoint.local import ASIDE_PREFIX, LocalStorage
 
 
-def test_block_digests_are_sha256_of_each_block_whatever_the_pieces_fed() -> None:
+@pytest.mark.parametrize(("algorithm", "reference"), [("blake3", blake3.blake3),
+                                                      ("sha256", hashlib.sha256)])  # fmt: skip
+def test_block_digests_are_each_blocks_whatever_the_pieces_fed(algorithm, reference) -> None:
     data = os.urandom(3 * MIN_BLOCK_BYTES + 12345)
-    hasher = BlockHasher(MIN_BLOCK_BYTES)
+    hasher = BlockHasher(MIN_BLOCK_BYTES, algorithm)
     for start in range(0, len(data), 777_777):  # pieces that straddle blocks
         hasher.update(data[start : start + 777_777])
     digest = hasher.finish()
     expected = [
-        hashlib.sha256(data[i : i + MIN_BLOCK_BYTES]).hexdigest()
+        reference(data[i : i + MIN_BLOCK_BYTES]).hexdigest()
         for i in range(0, len(data), MIN_BLOCK_BYTES)
     ]
-    assert digest == FileDigest(len(data), MIN_BLOCK_BYTES, tuple(expected))
+    assert digest == FileDigest(len(data), MIN_BLOCK_BYTES, tuple(expected), algorithm)
     assert digest.span(3) == (3 * MIN_BLOCK_BYTES, 12345)
-    empty = BlockHasher().finish()
-    assert empty.size == 0 and empty.blocks == (hashlib.sha256(b"").hexdigest(),)
+    empty = BlockHasher(algorithm=algorithm).finish()
+    assert empty.size == 0 and empty.blocks == (reference(b"").hexdigest(),)
+
+
+def test_a_writer_records_blake3_and_an_older_kubeddps_sha256_marker_is_still_read() -> None:
+    assert ALGORITHM == "blake3" and BlockHasher().finish().to_json()["algorithm"] == "blake3"
+    data = b"x" * 1000
+    sha = hashlib.sha256(data).hexdigest()
+    older = {  # a marker kubeddp wrote before BLAKE3: format v1, no algorithm named
+        "format": "kubeddp-checkpoint-v1",
+        "step": 2,
+        "files": {"state.pt": {"size": 1000, "block": MIN_BLOCK_BYTES, "blocks": [sha]}},
+    }
+    recorded = read_marker(json.dumps(older))
+    assert recorded is not None and recorded["state.pt"].algorithm == "sha256"
+    hasher = BlockHasher(MIN_BLOCK_BYTES, recorded["state.pt"].algorithm)
+    hasher.update(data)
+    assert hasher.finish() == recorded["state.pt"]
+    # one that names an algorithm kubeddp does not know is refused, not taken as SHA-256
+    unknown = {**older["files"]["state.pt"], "algorithm": "md5"}
+    with pytest.raises(DigestError, match="md5"):
+        FileDigest.from_json(unknown)
 
 
 def test_a_digest_record_that_is_not_one_is_refused() -> None:

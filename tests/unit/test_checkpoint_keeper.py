@@ -7,6 +7,7 @@ kept is said in one line without stopping the sync."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from kubeddp.trainer import exit_codes
+from kubeddp.trainer.checkpoint_digest import BlockHasher
 from kubeddp.trainer.launcher.checkpoint_sync import (
     CheckpointSync,
     KeeperError,
@@ -142,6 +144,35 @@ def test_a_newest_checkpoint_that_fails_its_digests_falls_back_and_is_never_save
     assert not (reader.root / "ckpt-00000006").exists()
     assert not list(reader.root.glob(".kubeddp-sync-*"))  # nothing half fetched left
     assert any("ckpt-00000006 failed its check" in line for line in lines), lines
+
+
+def test_a_checkpoint_an_older_kubeddp_wrote_is_kept_and_checked_with_its_sha256(
+    served: Keeper, tmp_path: Path
+) -> None:
+    """Before BLAKE3 a marker (format v1) recorded SHA-256 without naming it: such a checkpoint
+    is sent, checked and fetched with SHA-256, and a changed byte still fails the check."""
+    writer = _sync(served, tmp_path / "writer")
+    for step in (2, 4):
+        unit = checkpoint(writer.root, step, payload=bytes([step]), size=(2 << 20) + 5)
+        record = json.loads((unit / "COMPLETE").read_text())
+        record["format"] = "kubeddp-checkpoint-v1"
+        for name, entry in record["files"].items():
+            hasher = BlockHasher(entry["block"], "sha256")
+            hasher.update((unit / name).read_bytes())
+            record["files"][name] = {k: v for k, v in hasher.finish().to_json().items()
+                                     if k != "algorithm"}  # fmt: skip
+        (unit / "COMPLETE").write_text(json.dumps(record))
+    assert writer.push() == ["ckpt-00000002", "ckpt-00000004"]
+    kept = json.loads((served.root / "ckpt-00000004" / ".kubeddp-keeper.json").read_text())
+    assert kept["files"]["state.pt"]["algorithm"] == "sha256"  # the writer's, checked as such
+    assert kept["files"]["COMPLETE"]["algorithm"] == "blake3"  # the marker: hashed by the pod
+    reader = _sync(served, tmp_path / "reader")
+    assert (reader.fill() or "").startswith("checkpoint ckpt-00000004")
+    fetched = (reader.root / "ckpt-00000004" / "state.pt").read_bytes()
+    assert fetched == (writer.root / "ckpt-00000004" / "state.pt").read_bytes()
+    tamper(served.root / "ckpt-00000004" / "state.pt")
+    again = _sync(served, tmp_path / "again")
+    assert (again.fill() or "").startswith("checkpoint ckpt-00000002")
 
 
 def test_a_recommit_during_a_fetch_never_mixes_two_versions(served: Keeper, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The secret is a file (a mounted Kubernetes Secret) named by KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE
 in the keeper's pod and every training pod (the keeper also takes `--token-file`). It never
 crosses the wire and never appears in argv, logs or messages: a request carries an HMAC-SHA256
-over its method, path, time, a fresh nonce and its body's SHA-256, so a request read off the
+over its method, path, time, a fresh nonce and its body's SHA-256 (a block's: the digest the
+writer recorded, which the keeper checks the block against), so a request read off the
 network cannot be changed, and the keeper refuses it a second time (it remembers nonces for the
 allowed clock skew) or later than the skew. Replies are signed the same way over the request's
 nonce, the status and the body's SHA-256: a pod never takes a forged "committed" or a forged

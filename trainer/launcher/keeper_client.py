@@ -28,6 +28,7 @@ from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import DigestError
 from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.launcher import keeper_auth
+from kubeddp.trainer.launcher.keeper_blocks import receive_block
 from kubeddp.trainer.launcher.keeper_protocol import (
     API,
     HEALTH,
@@ -41,7 +42,6 @@ REQUEST_TIMEOUT = 60.0
 PARALLEL = 4
 REUSE_SECONDS = 20.0  # the keeper closes a connection idle for 60 s: never reuse one near that
 TRIES = 3
-CHUNK = 1 << 20
 BUSY_TRIES = 30  # a keeper at its cap of requests in progress answers 503: about a minute
 
 
@@ -317,7 +317,7 @@ class KeeperClient:
                 if answer.status != 401:
                     self._check_reply(headers, answer, data)
                 raise self._refusal("GET", target, answer.status, data)
-            got = _receive_into(answer, fd, offset, size)
+            got = receive_block(answer.readinto, fd, offset, size, item.entry.digest.algorithm)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise self._unreachable(f"GET {item.rel}", exc) from None
@@ -410,22 +410,3 @@ class KeeperClient:
         if answer.status >= 300:
             raise self._refusal("PUT", target, answer.status, data)
         self._count_bytes(size)
-
-
-def _receive_into(answer: http.client.HTTPResponse, fd: int, offset: int, size: int) -> str:
-    """Read a block's `size` bytes into `fd` at `offset`; their SHA-256. A reply cut short is
-    an error (http.client returns b"" at a closed connection rather than raising)."""
-    digest = hashlib.sha256()
-    view = memoryview(bytearray(min(CHUNK, size)))
-    left = size
-    while left:
-        got = answer.readinto(view[: min(len(view), left)])
-        if not got:
-            raise http.client.IncompleteRead(b"", left)
-        digest.update(view[:got])
-        done = 0
-        while done < got:
-            done += os.pwrite(fd, view[done:got], offset + done)
-        offset += got
-        left -= got
-    return digest.hexdigest()

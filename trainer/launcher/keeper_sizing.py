@@ -19,8 +19,8 @@ FLOOR_BYTES_PER_SECOND = 25e6
 SEND_SLACK_SECONDS = 30.0  # the listing, connections, a retry after a dropped one
 SHUTDOWN_MARGIN_SECONDS = 10  # what torchrun gives the workers beyond their grace (agent.py)
 KILL_MARGIN_SECONDS = 5.0  # kept back from the kubelet's SIGKILL
-# The keeper's own needs: its memory is the buffers of requests in progress (1 MiB each, 32 at
-# most) and the listing; its CPU hashes every received byte once (SHA-256) and sends with
+# The keeper's own needs: its memory is the buffers of requests in progress (256 KiB each, 32
+# at most) and the listing; its CPU hashes every received byte once (BLAKE3) and sends with
 # sendfile(2). Measured CPU-seconds per GiB received: docs/checkpoints.md.
 KEEPER_CPU_SECONDS_PER_GIB = 2.0  # 1.9 measured on a loaded 2-core machine
 KEEPER_MEMORY_MIB = 256

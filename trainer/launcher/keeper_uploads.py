@@ -15,7 +15,6 @@ client's next request gets 404 and it begins again; nothing half sent is ever co
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import threading
@@ -27,6 +26,7 @@ from typing import BinaryIO
 
 from kubeddp.trainer.checkpoint_digest import DigestError, read_marker
 from kubeddp.trainer.fault_points import reached
+from kubeddp.trainer.launcher.keeper_blocks import receive_block, start_writeback
 from kubeddp.trainer.launcher.keeper_protocol import MARKER, Upload
 from kubeddp.trainer.launcher.keeper_store import (
     Store,
@@ -36,7 +36,6 @@ from kubeddp.trainer.launcher.keeper_store import (
     write_record,
 )
 
-CHUNK = 1 << 20
 MAX_UPLOADS = 64
 IDLE_SECONDS = 600.0  # an upload untouched this long was left by a lost pod: removed
 FREE_MARGIN = 1 << 20
@@ -150,12 +149,14 @@ class Uploads:
                 raise StoreError(409, f"block {block_no} of file {file_no} is arriving already")
             staged.receiving.add((file_no, block_no))
         try:
-            got = _receive(body, staged.fds[file_no], offset, size)
+            fd = staged.fds[file_no]
+            got = receive_block(body.readinto, fd, offset, size, digest.algorithm)
             if got != digest.blocks[block_no]:
                 raise StoreError(422, f"block {block_no} of {staged.upload.order[file_no]} "
                                  "differs from its digest; send it again")  # fmt: skip
             with self.lock:
                 staged.received[file_no].add(block_no)
+            start_writeback(fd, offset, size)
         except OSError as exc:
             if isinstance(exc, (TimeoutError, ConnectionError)):
                 raise
@@ -238,25 +239,6 @@ def _release(staged: Staged) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     shutil.rmtree(staged.folder, ignore_errors=True)
-
-
-def _receive(body: BinaryIO, fd: int, offset: int, size: int) -> str:
-    """Read `size` bytes of `body` into `fd` at `offset`; their SHA-256."""
-    digest = hashlib.sha256()
-    buffer = bytearray(min(CHUNK, max(size, 1)))
-    view = memoryview(buffer)
-    left = size
-    while left:
-        got = body.readinto(view[: min(len(view), left)])
-        if not got:
-            raise ConnectionError(f"the block ended {left} bytes early")
-        digest.update(view[:got])
-        done = 0
-        while done < got:
-            done += os.pwrite(fd, view[done:got], offset + done)
-        offset += got
-        left -= got
-    return digest.hexdigest()
 
 
 def _check_marker(staged: Staged) -> None:

@@ -2,7 +2,7 @@
 
 Layout: <dir>/ckpt-<step:08d>/{state.pt, config.yaml, COMPLETE}. A checkpoint is written into
 a temporary sibling directory, fsynced, marked COMPLETE (the marker lists each file's size and
-SHA-256 digests: trainer/checkpoint_digest.py), then renamed; readers only trust directories
+block digests: trainer/checkpoint_digest.py), then renamed; readers only trust directories
 with the marker, so a kill at any moment leaves either the old or the new one. A step saved
 again moves the old one aside first (`.kubeddp-aside-<name>`) and removes it after the rename;
 a writer killed between the two renames leaves the aside, which the next writer puts back.
