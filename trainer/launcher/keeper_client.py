@@ -271,9 +271,8 @@ class KeeperClient:
                 fds[item.dest] = fd
                 os.ftruncate(fd, item.entry.digest.size)
             self._in_parallel(
-                (lambda i=item, b=block: self._fetch_block(i, b, fds[i.dest]))
+                (lambda i=item: self._fetch_file(i, fds[i.dest]))
                 for item in files
-                for block in range(len(item.entry.digest.blocks))
                 if item.entry.digest.size
             )
             for item in files:
@@ -282,6 +281,13 @@ class KeeperClient:
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+    def _fetch_file(self, item: Fetch, fd: int) -> None:
+        """A file's blocks in order, on one connection; files in parallel. Several threads
+        writing one new file contend in the kernel for its lock and page cache: a 1 GiB fetch
+        cost the pod 2.6 CPU-s/GiB with 4 streams into the file and 0.5 with one."""
+        for block in range(len(item.entry.digest.blocks)):
+            self._fetch_block(item, block, fd)
 
     def _fetch_block(self, item: Fetch, block: int, fd: int) -> None:
         for attempt in range(TRIES):
