@@ -355,6 +355,43 @@ class DiagnosticsConfig:
 
 
 @dataclass
+class NetworkConfig:
+    check: str = setting(
+        "auto",
+        "the network check before training: `auto` (on when the job spans several nodes), "
+        "`on`, `off`, or `only` (check, then exit without training: a network test of a job's "
+        "pods). It reports the job's all-reduce bus bandwidth and names the slowest node pair",
+        choices=("auto", "on", "off", "only"),
+    )
+    check_seconds: float = setting(
+        5.0,
+        "time the check aims to take; each measurement runs at least once, so a very slow "
+        "network can take longer",
+        above=0.0,
+        maximum=600.0,
+    )
+    check_max_mb: float = setting(
+        64.0,
+        "largest message of the check in MiB: all-reduces of 1/64, 1/8 and all of it, and "
+        "node-to-node exchanges of it",
+        above=0.0,
+        maximum=16384.0,
+    )
+    slow_factor: float = setting(
+        1.5,
+        "a node pair whose bandwidth is this many times below the median of all pairs is named "
+        "slow (with 3 or more nodes)",
+        above=1.0,
+        maximum=1000.0,
+    )
+    transport_report: bool = setting(
+        True,
+        "on NCCL, read the transport NCCL chose from its own log: NCCL_DEBUG=INFO into a "
+        "private file, unless you set NCCL_DEBUG yourself",
+    )
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -363,6 +400,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     retries: RetriesConfig = field(default_factory=RetriesConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

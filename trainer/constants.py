@@ -59,6 +59,8 @@ ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after 
 ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # set by launch for workers; shown in kubeddp_info
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
+# Rank 0's network check results, in that directory; launch serves them (network_metrics.py)
+NETWORK_CHECK_FILE = "network-check.json"
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
 # Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
@@ -87,3 +89,7 @@ ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 ENV_POD_NAME = "POD_NAME"
 ENV_NODE_NAME = "NODE_NAME"
 DOWNWARD_ENV = {ENV_POD_NAME: "metadata.name", ENV_NODE_NAME: "spec.nodeName"}
+# The fabric profile a job asked for (socket, efa, infiniband, roce, hostNetwork): set by the
+# chart's network.fabric (docs/network.md); a worker that finds NCCL on TCP sockets although
+# an RDMA fabric was asked for says why (trainer/worker/transport.py).
+ENV_NETWORK_FABRIC = "KUBEDDP_NETWORK_FABRIC"

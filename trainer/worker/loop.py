@@ -42,6 +42,7 @@ from kubeddp.trainer.worker.evaluator import Evaluator
 from kubeddp.trainer.worker.heartbeat import PHASE_CODE
 from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
+from kubeddp.trainer.worker.network import NetworkReport
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file
 from kubeddp.trainer.worker.precision import amp_dtype, autocast, set_fp32_matmul_precision
 from kubeddp.trainer.worker.preemption import (
@@ -70,8 +71,9 @@ REFERENCES = (
 
 
 class Trainer:
-    def __init__(self, cfg: Config, ctx: DistContext) -> None:
+    def __init__(self, cfg: Config, ctx: DistContext, network: NetworkReport | None = None) -> None:
         self.cfg, self.ctx = cfg, ctx
+        self.network = network
         t = cfg.train
         torch.manual_seed(t.seed)
         random.seed(t.seed)
@@ -112,6 +114,7 @@ class Trainer:
             ctx.backend,
             device=ctx.device,
             versions=self.versions,
+            transport=network.info_labels() if network else None,
         )
         self.losses = DeviceLosses()
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
@@ -191,11 +194,16 @@ class Trainer:
         return (
             f"[kubeddp] {self.workload.description} | world size {ctx.world_size} "
             f"({ctx.backend}, {ctx.device.type}) | {self.versions.describe()} | "
+            f"{self._describe_network()}"
             f"batch {t.batch_size} x accum "
             f"{t.grad_accum_steps} x {ctx.world_size} ranks = "
             f"{t.batch_size * t.grad_accum_steps * ctx.world_size} samples/step | "
             f"{self.total_steps} steps"
         )
+
+    def _describe_network(self) -> str:
+        described = self.network.describe() if self.network else ""
+        return f"NCCL transport: {described} | " if described else ""
 
     def _train_epoch(self) -> int:
         """The rest of this epoch; a non-zero return is the exit code of a voted stop."""
