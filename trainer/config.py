@@ -231,6 +231,34 @@ class DDPConfig:
     find_unused_parameters: bool = setting(
         False, "for models that skip parameters in some steps (slower)"
     )
+    comm_hook: str = setting(
+        "none",
+        "send less per gradient all-reduce: `none` (DDP's own, full precision), `bf16` or "
+        "`fp16` (half the bytes), `powersgd` (low-rank factors, with error feedback; see "
+        "docs/network.md)",
+        choices=("none", "bf16", "fp16", "powersgd"),
+    )
+    powersgd_rank: int = setting(
+        1,
+        "`powersgd`: rank of each gradient's approximation (1-4 typical; higher sends more and "
+        "loses less)",
+        minimum=1,
+        maximum=1024,
+    )
+    powersgd_start_step: int = setting(
+        1000,
+        "`powersgd`: optimizer steps of plain all-reduce before compression starts (PyTorch "
+        "suggests ~10% of the run; at least 2)",
+        minimum=2,
+        maximum=MAX_COUNT,
+    )
+    powersgd_min_compression: float = setting(
+        2.0,
+        "`powersgd`: a matrix is compressed only when its factors are this many times smaller; "
+        "the rest (biases, small layers) go as they are",
+        above=0.0,
+        maximum=1e6,
+    )
     startup_timeout_seconds: float = setting(
         1800.0,
         "process-group start and every collective before the first step (pods start minutes "

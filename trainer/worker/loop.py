@@ -21,6 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
+from kubeddp.trainer.worker import comm_hooks
 from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
 from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
 from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
@@ -66,7 +67,7 @@ hb_data, hb_forward, hb_optimizer, hb_eval, hb_checkpoint, hb_between = (
 # What close() drops: everything that holds the DDP module, its parameters or the optimizer.
 REFERENCES = (
     "model raw_model parameters compiled optimizer scheduler scaler loader workload checkpoints "
-    "evaluator"
+    "evaluator comm_hook"
 )
 
 
@@ -100,6 +101,7 @@ class Trainer:
         self.total_steps = self._plan_total_steps()
         # Listed once: walking the module tree for clipping costs ~0.1 ms of host time a step.
         self.parameters = list(self.raw_model.parameters())
+        self.comm_hook = comm_hooks.build(cfg.ddp, self.parameters, t.seed)
         self.optimizer = build_optimizer(self.parameters, t)
         self.scheduler = build_scheduler(self.optimizer, t, lambda: self.total_steps)
         self.amp_dtype = amp_dtype(t.amp, ctx.device)
@@ -129,6 +131,7 @@ class Trainer:
             "sampler": self.sampler,  # the size of the epoch order the position counts in
             "rng": RngPart(),
             "sample_record": SampleRecordPart(sample_ids) if sample_ids else None,
+            "comm_hook": self.comm_hook.part if self.comm_hook else None,  # PowerSGD's state
         }
         self.checkpoints = CheckpointManager(
             cfg.checkpoint,
@@ -147,7 +150,7 @@ class Trainer:
         self.diag = Diagnostics(
             cfg.diagnostics, ctx, self.optimizer, self.scaler.is_enabled(), self.progress
         )
-        self.diag.watch(self.model)
+        self.diag.watch(self.model, self.comm_hook)
         self._copies_checked = ctx.device.type != "cuda"
 
     def _plan_total_steps(self) -> int:
