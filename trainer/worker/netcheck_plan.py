@@ -151,10 +151,11 @@ class CheckResult:
     def describe(self) -> str:
         """The log line: bus bandwidth per size, then the node pairs."""
         sizes = ", ".join(f"{rate(bw)} at {size_text(n)}" for n, bw in self.bus.items())
+        ranks = f"{self.world_size} rank" + ("s" if self.world_size != 1 else "")
         nodes = f"{self.nodes} node" + ("s" if self.nodes != 1 else "")
         text = (
-            f"[kubeddp] network check ({self.seconds:.1f} s, {self.world_size} ranks on "
-            f"{nodes}): all-reduce bus bandwidth {sizes or 'not measured'}"
+            f"[kubeddp] network check ({self.seconds:.1f} s, {ranks} on {nodes}): all-reduce "
+            f"bus bandwidth {sizes or 'not measured'}"
         )
         v = self.verdict
         if v is not None and v.slowest is not None:
