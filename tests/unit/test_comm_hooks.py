@@ -5,30 +5,23 @@ layout) bit for bit. The multi-process exact resume: tests/integration/test_comm
 from __future__ import annotations
 
 import copy
-import gc
-import socket
 from collections.abc import Iterator
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import DDPConfig, config_from_dict
 from kubeddp.trainer.worker import comm_hooks
+from tests.helpers.one_rank import one_rank_group
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def group() -> Iterator[None]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    gc.collect()
-    dist.destroy_process_group()
+    with one_rank_group("cpu"):
+        yield
 
 
 def _model() -> torch.nn.Module:
