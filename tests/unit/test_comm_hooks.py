@@ -5,6 +5,7 @@ layout) bit for bit. The multi-process exact resume: tests/integration/test_comm
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -109,6 +110,30 @@ def test_powersgd_state_restores_bit_for_bit_in_a_new_ddp(group: None, saved_aft
     assert state.state.iter == restored.state.iter == saved_after + 4
     errors = [d["error"] for d in state.state_dict()["params"].values()]
     assert errors and any(e.abs().sum() > 0 for e in errors)  # error feedback is in play
+
+
+def test_on_gloo_a_powersgd_bucket_starts_when_the_one_before_is_done(group: None) -> None:
+    """powerSGD_hook waits inside its callbacks on gloo's two threads: two buckets in flight
+    can hold both (seen here as a hang under pytest-xdist). Each bucket's future is made to
+    complete 50 ms late: the next bucket must still find it done."""
+    ddp, psgd = _powersgd(start=2)
+    real, futures, seen = psgd._hook, [], []
+
+    def late(state, bucket):  # noqa: ANN001, ANN202
+        seen.append([f.done() for f in futures])
+        done = torch.futures.Future()
+        real(state, bucket).then(
+            lambda fut: threading.Timer(0.05, done.set_result, (fut.value(),)).start()
+        )
+        futures.append(done)
+        return done
+
+    psgd._hook = late
+    for seed in range(4):  # plain all-reduce, then PowerSGD's chain of three
+        futures.clear()
+        _step(ddp, seed)
+    # one bucket in DDP's first step, two in each step once it rebuilt them
+    assert sum(1 for done in seen if done) >= 3 and all(all(done) for done in seen), seen
 
 
 def test_powersgd_really_compresses(group: None) -> None:

@@ -119,6 +119,13 @@ class PowerSGD:
         self.matrices = [self._matrix(p.shape) for p in parameters]
         self.layout: dict[int, tuple[int, ...]] = {}  # bucket index -> its parameters' indices
         self.kept: dict[int, dict[str, torch.Tensor]] = {}  # parameter -> error, p, q
+        # powerSGD_hook waits for its second and third all-reduce inside the callbacks of the
+        # first, on the thread that completed it: on gloo, a pool of 2 threads, so two buckets
+        # in flight can hold both threads waiting for work that neither is free to run. On
+        # gloo a bucket's hook therefore starts when the bucket before is done (in the
+        # backward thread, which gloo does not need); NCCL's callbacks do not hold its work.
+        self.serial: bool | None = None  # decided at the first bucket: the group exists then
+        self.pending: Any = None  # the last bucket's future
 
     def _matrix(self, shape: torch.Size) -> _Matrix:
         rows = shape[0] if len(shape) else 1
@@ -130,6 +137,12 @@ class PowerSGD:
 
     def __call__(self, state: Any, bucket: Any) -> Any:
         del state  # registered with None: the hook's state is ours
+        if self.serial is None:
+            import torch.distributed as dist
+
+            self.serial = dist.get_backend() == "gloo"
+        if self.serial and self.pending is not None:
+            self.pending.wait()  # see __init__
         if self.state.iter >= self.state.start_powerSGD_iter:
             index = bucket.index()
             members = tuple(self.index[id(p)] for p in bucket.parameters())
@@ -138,7 +151,8 @@ class PowerSGD:
                 if known is not None:  # DDP rebuilt its buckets: a new step, a new layout
                     self._keep_from(index)
                 self._hand_over(index, members, bucket.buffer())
-        return self._hook(self.state, bucket)
+        self.pending = self._hook(self.state, bucket)
+        return self.pending
 
     # ---- between the hook's bucket-keyed state and the per-parameter one -------------------
     def _slices(self, members: tuple[int, ...]) -> dict[str, list[tuple[int, int, int]]]:
