@@ -24,34 +24,35 @@ $(VENV)/.installed: pyproject.toml
 
 # The main job: a local 2-process DDP run (CPU, gloo) of the built-in character language model.
 # Each demo starts afresh: its own checkpoints of the last demo are removed first (a run with
-# resume=never keeps another run's checkpoints apart rather than deleting them).
+# resume=never keeps another run's checkpoints apart rather than deleting them). They go to a
+# directory of the demo's own: checkpoints/, every run's default checkpoint.dir, stays free for
+# the README's next commands (a run refuses a checkpoint.dir that holds anything else).
+DEMO_CHECKPOINTS := demo-checkpoints
 demo: setup
-	rm -rf checkpoints/demo
-	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=checkpoints/demo --set checkpoint.resume=never
+	rm -rf $(DEMO_CHECKPOINTS)
+	$(BIN)/kubeddp train --nproc 2 --set checkpoint.dir=$(DEMO_CHECKPOINTS) --set checkpoint.resume=never
 
 # Every test: unit, integration (multi-process gloo, network namespaces), e2e (real docker).
-# Part one: pytest-xdist runs the unit and lint tests on UNIT_JOBS cores, with the integration
-# files below (each test one process or one short run, about one core: no timing they depend
-# on, no network namespace or mount), a file per worker (test_install shares one venv). The
-# docker tests run beside it in one more pytest (mostly waiting on dockerd, and on a fresh
-# machine on building the base image); their output follows part one's.
-# Part two: the rest start several processes each, or depend on timing: one at a time.
+# Part one: pytest-xdist runs every test that can share the machine on TEST_JOBS processes, a
+# file at a time each (test_install shares one venv): the emulated-cluster and multi-process
+# tests first, the longest, then the unit and lint tests, which fill the cores to the end. Most
+# of a multi-process test's time is importing torch in each new process, and it waits now and
+# then (a back-off, a rendezvous): three at a time keep 2 cores busy. The docker tests run
+# beside it in one more pytest (mostly waiting on dockerd, and on a fresh machine on building
+# the base image); their output follows part one's.
+# Part two: the tests marked `alone`, whose deadline or window of seconds another test's load
+# could break (pyproject.toml's markers), one at a time on a quiet machine.
 # Every part always runs; a failure in any fails the target.
-UNIT_JOBS ?= 2
-BESIDE_UNIT := $(addprefix tests/integration/,test_bad_input.py test_checkpoint_dir_safety.py \
-	test_install.py test_cluster_faults.py test_checkpoint_resume.py test_workload_runs.py \
-	test_ddp_equivalence.py test_checkpoint_s3_runs.py test_torchrun_command_lines.py \
-	test_compile_shapes.py)
+TEST_JOBS ?= 3
 test: setup
 	e2e_tmp=$$(mktemp -d); \
 	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$e2e_tmp/t tests/e2e \
 	  >$$e2e_tmp/log 2>&1 & e2e=$$!; \
-	$(BIN)/python -m pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit tests/lint \
-	  $(BESIDE_UNIT); first=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
+	  -m "not alone" tests/emulation tests/integration tests/unit tests/lint; first=$$?; \
 	wait $$e2e; docker=$$?; echo "--- tests/e2e (ran beside part one):"; cat $$e2e_tmp/log; \
 	rm -rf $$e2e_tmp; \
-	$(BIN)/python -m pytest -q tests --ignore=tests/unit --ignore=tests/lint --ignore=tests/e2e \
-	  $(addprefix --ignore=,$(BESIDE_UNIT)); rest=$$?; \
+	$(BIN)/python -m pytest -q -m alone tests/emulation tests/integration; rest=$$?; \
 	test $$first -eq 0 && test $$docker -eq 0 && test $$rest -eq 0
 
 test-fast: setup
@@ -83,12 +84,12 @@ bench-gpu: setup
 	mkdir -p bench-results
 	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
-# Generated from the Python definitions: the chart's values.yaml, values.schema.json,
-# templates/_constants.tpl and README values table, docs/config-reference.md, and the
-# validation schemas in tools/schemas.
+# Generated from the Python definitions: the validation schemas in tools/schemas (first: the
+# TrainJob's pod split in _constants.tpl is read from its CRD there), the chart's values.yaml,
+# values.schema.json, templates/_constants.tpl and README values table, docs/config-reference.md.
 chart: setup
-	$(BIN)/python -m kubeddp.tools.chart.generate
 	$(BIN)/python -m kubeddp.tools.gen_schemas
+	$(BIN)/python -m kubeddp.tools.chart.generate
 
 # k8s/ is rendered from the chart.
 k8s: chart
@@ -114,4 +115,4 @@ test-image: setup
 	$(BIN)/python -m pytest -q tests/e2e
 
 clean:
-	rm -rf checkpoints bench-results .pytest_cache
+	rm -rf checkpoints $(DEMO_CHECKPOINTS) bench-results .pytest_cache

@@ -85,6 +85,8 @@ class Trainer:
         data = make_dataset(args.samples)
         self.sampler = DistributedSampler(data, shuffle=True, seed=0)
         self.loader = DataLoader(data, batch_size=args.batch_size, sampler=self.sampler)
+        self.epochs = args.epochs
+        self.total_steps = len(self.loader) * args.epochs
         model = make_model().to(device)
         self.model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
@@ -138,7 +140,10 @@ class Trainer:
             self.step += 1
             self.batches_done = index + 1
             if kubeddp_api:
-                kubeddp_api.report_step(self.step, samples=len(inputs), loss=loss)
+                kubeddp_api.report_step(
+                    self.step, samples=len(inputs), loss=loss, total_steps=self.total_steps,
+                    epoch=self.epoch, total_epochs=self.epochs,
+                )  # fmt: skip
             if self.pause:
                 time.sleep(self.pause)
             if self._stop_everywhere():

@@ -5,10 +5,14 @@
     except ImportError:  # the same script still runs under a plain torchrun
         kubeddp_api = None
 
-- `report_step(step, samples, loss=None, tokens=None)`: once per optimizer step on every rank;
-  feeds the pod's /metrics like the built-in trainer (kubeddp_step, kubeddp_samples_total,
-  kubeddp_tokens_total, kubeddp_loss, kubeddp_step_duration_seconds{rank}: the time between
-  two calls). A no-op where `kubeddp launch` serves no metrics.
+- `report_step(step, samples, loss=None, tokens=None, *, total_steps=None, epoch=None,
+  total_epochs=None, metrics=None)`: once per optimizer step on every rank; feeds the pod's
+  /metrics like the built-in trainer (kubeddp_step, kubeddp_samples_total,
+  kubeddp_tokens_total, kubeddp_loss, kubeddp_epoch, kubeddp_step_duration_seconds{rank}: the
+  time between two calls). A no-op where `kubeddp launch` serves no metrics. On a TrainJob
+  whose controller offers Kubeflow Trainer's status endpoint, rank 0's calls also fill the
+  TrainJob's status.trainerStatus: step, total_steps (percentage, remaining time), epochs,
+  loss and `metrics` ({name: number or short string}, e.g. eval_loss).
 - `stop_requested()`: True once SIGTERM reached this worker (preemption, node drain, `docker
   stop`); save a snapshot and `sys.exit(EXIT_PREEMPTED)`. A program that polls it gets
   `checkpoint.preempt_grace_seconds`; one that never does is ended at once on SIGTERM.
@@ -27,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.exit_codes import PREEMPTED as EXIT_PREEMPTED
 from kubeddp.trainer.worker import stop_signal
 
@@ -50,22 +54,24 @@ class _StepReporter:
 
     def start(self) -> bool:
         if self.enabled is None:
-            self.enabled = bool(os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR))
+            self.enabled = bool(os.environ.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR))
             if self.enabled:
                 self.metrics = _training_metrics()
                 self.enabled = self.metrics.enabled
                 atexit.register(self.metrics.close)  # the last buffered values reach /metrics
         return self.enabled
 
-    def report(self, step: int, samples: int, loss: float | None, tokens: int | None) -> None:
+    def report(self, step: int, samples: int, loss: float | None, tokens: int | None,
+               progress: dict[str, Any]) -> None:  # fmt: skip
         now = time.monotonic()
         previous, self.last_report = self.last_report, now
         _heartbeat(int(step), loss)
+        _status(step, loss, progress)
         if not self.start():
             return
         self.metrics.on_step(
             step=int(step),
-            epoch=None,
+            epoch=progress["epoch"],
             loss=None if loss is None else float(loss),
             lr=None,
             samples=int(samples),
@@ -75,10 +81,44 @@ class _StepReporter:
         )
 
 
+class _StatusFeed:
+    """Rank 0's feed of the TrainJob's status (worker/status_feed.py), made at the first
+    report where `kubeddp launch` posts progress; None everywhere else."""
+
+    feed: Any = None
+    decided = False
+
+    @classmethod
+    def get(cls) -> Any:
+        if not cls.decided:
+            cls.decided = True
+            if os.environ.get(process_contract.ENV_STATUS_FILE):
+                from kubeddp.trainer.worker import status_feed
+
+                cls.feed = status_feed.for_rank(_global_rank())
+                if cls.feed is not None:
+                    atexit.register(cls.feed.flush)  # the last step reaches the status
+        return cls.feed
+
+
+def _global_rank() -> int:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def _status(step: int, loss: float | None, progress: dict[str, Any]) -> None:
+    feed = _StatusFeed.get()
+    if feed is not None:
+        feed.update(step, loss=loss, **progress)
+
+
 def _heartbeat(step: int, loss: float | None) -> None:
     """This rank's progress record (the stall watch reads it), and the divergence guard."""
+    from kubeddp.trainer.process_contract import PHASE_CODE
     from kubeddp.trainer.worker import program_watch
-    from kubeddp.trainer.worker.heartbeat import PHASE_CODE, this_rank
+    from kubeddp.trainer.worker.heartbeat import this_rank
 
     program_watch.reported()
     hb = this_rank()
@@ -91,7 +131,8 @@ def _nonfinite(hb: Any, step: int, loss: float) -> None:
     """diagnostics.on_nonfinite for a program: `skip` only says so (the program's step is
     done); `stop` and `keep_last_good` end it with NONFINITE (its checkpoints are its own)."""
     from kubeddp.trainer import exit_codes
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
+    from kubeddp.trainer.process_contract import resolved_config
 
     hb.nonfinite(step, "loss")
     rank = os.environ.get("RANK", "0")
@@ -159,6 +200,32 @@ def _count(value: object, name: str) -> int:
     return value
 
 
+def _optional_count(value: object, name: str) -> int | None:
+    return None if value is None else _count(value, name)
+
+
+def _checked_metrics(metrics: object) -> dict[str, str]:
+    """{name: value} with each value formatted as Trainer keeps it (a string of at most 64
+    characters; a number with 6 significant digits)."""
+    from kubeddp.trainer.process_contract import check_name, format_value
+
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics={metrics!r} is not a dict of name: value")
+    return {check_name(name): format_value(value) for name, value in metrics.items()}
+
+
+def _progress(total_steps: object, epoch: object, total_epochs: object, metrics: object) -> dict:
+    """report_step's keyword arguments, checked."""
+    return {
+        "total_steps": _optional_count(total_steps, "total_steps"),
+        "epoch": _optional_count(epoch, "epoch"),
+        "total_epochs": _optional_count(total_epochs, "total_epochs"),
+        "metrics": _checked_metrics(metrics),
+    }
+
+
 def _checked(step: object, samples: object, loss: object, tokens: object) -> tuple:
     if loss is not None:
         if hasattr(loss, "item"):
@@ -175,15 +242,31 @@ def _checked(step: object, samples: object, loss: object, tokens: object) -> tup
 
 
 def report_step(
-    step: int, samples: int, loss: float | None = None, tokens: int | None = None
+    step: int,
+    samples: int,
+    loss: float | None = None,
+    tokens: int | None = None,
+    *,
+    total_steps: int | None = None,
+    epoch: int | None = None,
+    total_epochs: int | None = None,
+    metrics: dict[str, float | int | str] | None = None,
 ) -> None:
     """Record one optimizer step of this rank: the global step number, the samples (and
     tokens) this rank processed in it, and its loss. Call it on every rank, every step.
 
+    On a TrainJob that offers Kubeflow Trainer's status endpoint, rank 0's calls also make its
+    status: `total_steps` gives the percentage and the remaining time, `epoch` (from 0) and
+    `total_epochs` are shown as they are, and `metrics` adds {name: value} pairs (names and
+    values of at most 64 characters; numbers or strings), e.g. {"eval_loss": 0.41}.
+
     It never ends the program: a bad argument, or metrics that cannot be written, is one
     warning on stderr, and the step goes unrecorded."""
     try:
-        checked = _checked(step, samples, loss, tokens)
+        checked = (
+            *_checked(step, samples, loss, tokens),
+            _progress(total_steps, epoch, total_epochs, metrics),
+        )
     except (ValueError, TypeError, OverflowError) as exc:
         _warn_once(f"kubeddp.api.report_step ignored: {exc}")
         return
@@ -201,3 +284,5 @@ def _flush() -> None:
     """Write what is buffered (the runner calls this before a forced exit)."""
     if _REPORTER.metrics is not None:
         _REPORTER.metrics.flush()
+    if _StatusFeed.feed is not None:
+        _StatusFeed.feed.flush()

@@ -62,6 +62,11 @@ def core_validator(key: str) -> Any | None:
     return jsonschema.Draft202012Validator({**core["kinds"][key], "$defs": core["$defs"]})
 
 
+def core_definition(name: str) -> dict[str, Any]:
+    """A definition of the bundled core schemas, e.g. io.k8s.api.core.v1.Container."""
+    return _core()["$defs"][name]
+
+
 @functools.cache
 def crd_schema(key: str) -> dict[str, Any]:
     """The bundled openAPIV3Schema of a Kubeflow kind (apiVersion/kind)."""

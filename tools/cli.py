@@ -1,7 +1,9 @@
 """The `kubeddp` command line: `launch`/`train` run training; the rest handle manifests, clusters.
 
-Heavy imports (torch, the Kubernetes client) happen inside each subcommand so `kubeddp --help`
-is instant.
+The manifest and cluster commands are a thin layer over the Python API (tools/client.py,
+published as kubeddp.client): parse the options, call, print; a KubeddpError is its one line
+and exit code. Heavy imports (torch, the Kubernetes client) happen inside each subcommand so
+`kubeddp --help` is instant.
 """
 
 from __future__ import annotations
@@ -10,16 +12,10 @@ import argparse
 import os
 import sys
 
-from kubeddp.trainer import __version__, exit_codes, yaml_io
+from kubeddp.trainer import __version__, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
-SCHEMA_SOURCES = ("auto", "cluster", "offline")
-# The `cli` extra: what render, validate, submit and the cluster commands import (the cluster
-# commands reach the API through kubectl, or the `kube` extra's client: tools/kube_transport.py).
-CLI_EXTRA_MODULES = ("jsonschema",)
-INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
-CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
 DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
 
 
@@ -85,20 +81,18 @@ def _dispatch(argv: list[str]) -> int:
     if not getattr(args, "handler", None):
         build_parser().print_usage(sys.stderr)
         return EXIT_BAD_INPUT
-    from kubeddp.tools.helm_engine import HelmUnavailable
+    from kubeddp.tools.client_errors import KubeddpError
 
     try:
         return args.handler(args)
-    except HelmUnavailable as exc:  # render needs Helm: the binary or the `helm` extra
-        return _fail(argv[0], str(exc))
-    except ModuleNotFoundError as exc:  # a plain `pip install kubeddp` has no `cli` extra
-        if (exc.name or "").split(".")[0] not in CLI_EXTRA_MODULES:
-            raise
-        return _fail(
-            argv[0],
-            f"this command needs the CLI's libraries ({exc.name} is not installed); "
-            f"install them with: {INSTALL_CLI_EXTRA}",
-        )
+    except KubeddpError as exc:
+        from kubeddp.tools.output import say
+
+        for line in exc.done:  # what it did before it failed (created, deleted)
+            print(line)
+        for line in exc.cli_lines():
+            say(line)
+        return exc.exit_code
 
 
 def parse_command(argv: list[str]) -> argparse.Namespace:
@@ -111,24 +105,6 @@ def parse_command(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.program_args = program_args
     return args
-
-
-def _kube_name(text: str) -> str:
-    from kubeddp.tools.kube import KubeInputError, checked_name
-
-    try:
-        return checked_name(text, "name")
-    except KubeInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _kube_namespace(text: str) -> str:
-    from kubeddp.tools.kube import KubeInputError, checked_namespace
-
-    try:
-        return checked_namespace(text)
-    except KubeInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,23 +147,40 @@ def build_parser() -> argparse.ArgumentParser:
     completion.set_defaults(handler=cmd_completion)
 
     for name, help_text in (
-        ("status", "conditions, replica counts, pod restarts"),
+        ("status", "state, progress, conditions, replica counts, pod restarts"),
         ("logs", "logs of the job's pods"),
         ("wait", "wait until Succeeded (exit 0) or Failed (exit 1)"),
         ("delete", "delete the job and its ConfigMap/Service/PodMonitor"),
         ("diagnose", "the stall reports in the job's pod logs (see docs/diagnostics.md)"),
     ):
         cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("name", metavar="NAME", type=_kube_name)
-        cmd.add_argument("--kind", choices=list(KINDS), default=next(iter(KINDS)))
+        cmd.add_argument("name", metavar="NAME")  # checked by the API, before any request
+        cmd.add_argument(
+            "--kind",
+            choices=list(KINDS),
+            default=None,
+            help="the job's kind (default: the kind that has a job of this name)",
+        )
         _add_cluster_options(cmd, with_namespace=True)
         cmd.set_defaults(handler=CLUSTER_HANDLERS[name])
     sub.choices["status"].add_argument(
         "-o", "--output", choices=("text", "json", "yaml"), default="text"
     )
-    sub.choices["logs"].add_argument("--replica", help="pytorchjob: master|worker; else an index")
-    sub.choices["logs"].add_argument("-f", "--follow", action="store_true")
-    sub.choices["logs"].add_argument("--tail", type=number(int, 0), help="last N lines per pod")
+    logs = sub.choices["logs"]
+    logs.add_argument("--replica", help="pytorchjob: master|worker; else an index")
+    logs.add_argument(
+        "--node-rank",
+        type=number(int, 0),
+        metavar="N",
+        help="only the pod of node rank N (PET_NODE_RANK; a PyTorchJob's Master is 0)",
+    )
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow the job until it ends: pods that are recreated join, ended ones stop",
+    )
+    logs.add_argument("--tail", type=number(int, 0), help="last N lines per pod")
     sub.choices["wait"].add_argument(
         "--timeout", type=duration(0), default=3600.0, help="seconds, or 90s, 10m, 1h"
     )
@@ -201,9 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_check(argv: list[str]) -> int:
-    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: 0 no pitfall, 1 pitfalls (one line each:
-    file:line: rule: pitfall; fix), 2 a script that cannot be read."""
-    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file
+    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: every finding, one line each (file:line:
+    pitfall|advice rule: what; fix); 0 no pitfall (advice is shown), 1 pitfalls, 2 a script
+    that cannot be read."""
+    from kubeddp.trainer.launcher.script_check import ScriptCheckError, check_file, pitfalls
 
     own, program_args = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
@@ -211,7 +205,8 @@ def cmd_check(argv: list[str]) -> int:
     parser = OneLineErrorParser(
         prog="kubeddp check",
         description="read a training script without running it and name each DDP pitfall "
-        "with its line and fix; the program's own arguments follow --",
+        "(exit 1) and piece of advice (exit 0) with its line and fix; the program's own "
+        "arguments follow --",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
     parser.add_argument(
@@ -224,10 +219,12 @@ def cmd_check(argv: list[str]) -> int:
         return _fail("check", str(exc))
     for finding in findings:
         print(finding.shown(args.script))
-    return exit_codes.TRAINING_FAILED if findings else exit_codes.OK
+    return exit_codes.TRAINING_FAILED if pitfalls(findings) else exit_codes.OK
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
+    from kubeddp.tools.client import SCHEMA_SOURCES
+
     parser.add_argument(
         "--validate-against",
         choices=SCHEMA_SOURCES,
@@ -243,13 +240,13 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
     group.add_argument("--context")
     group.add_argument(
         "--request-timeout",
-        type=number(int, 1),
+        type=duration(1),
         default=None,
-        metavar="SECONDS",
-        help="how long one API call may wait for an answer (default 30)",
+        metavar="DURATION",
+        help="how long one API call may wait for an answer: seconds, or 30s, 2m (default 30s)",
     )
     if with_namespace:
-        group.add_argument("-n", "--namespace", type=_kube_namespace)
+        group.add_argument("-n", "--namespace")  # checked by the API, before any request
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
@@ -259,79 +256,29 @@ def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def _connect(args: argparse.Namespace, timeout: int | None = None):
-    from kubeddp.tools.kube import DEFAULT_REQUEST_TIMEOUT, Cluster
+def _client(args: argparse.Namespace):  # noqa: ANN202 - tools.client.Client, imported late
+    from kubeddp.tools.client import Client
 
-    seconds = args.request_timeout or timeout or DEFAULT_REQUEST_TIMEOUT
-    return Cluster(args.kubeconfig, args.context, getattr(args, "namespace", None), seconds)
-
-
-def _crd_schemas(args: argparse.Namespace, docs: list[dict]) -> dict[str, dict]:
-    """CRDs from the cluster for `--validate-against cluster|auto`; {} means offline."""
-    from kubeddp.tools.kinds import KINDS
-    from kubeddp.tools.kube import KubeError
-
-    custom = {kind.resource.key for kind in KINDS.values() if kind.custom_resource}
-    keys = sorted({f"{d.get('apiVersion')}/{d.get('kind')}" for d in docs} & custom)
-    if args.validate_against == "offline" or not keys:
-        return {}
-    try:
-        return _connect(args, timeout=CRD_LOOKUP_TIMEOUT).crd_schemas(keys)
-    except KubeError as exc:
-        if args.validate_against == "cluster":
-            raise
-        if "no Kubernetes credentials" not in str(exc):
-            print(f"kubeddp: note: validating offline ({exc})", file=sys.stderr)
-        return {}
+    return Client(
+        args.kubeconfig, args.context, getattr(args, "namespace", None), args.request_timeout
+    )
 
 
-def _checked_documents(args: argparse.Namespace, command: str) -> tuple[list[dict], int]:
-    """Render options -> validated documents, or ([], exit code) after printing the error."""
-    from kubeddp.tools.chart.render import RenderError, render_documents
-    from kubeddp.tools.chart.render_options import values_from_args
-    from kubeddp.tools.chart.value_types import OptionError
-    from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.validate import validate_documents
+def _render_options(args: argparse.Namespace) -> dict:
+    """The render options given on the command line, as kubeddp.client takes them."""
+    from kubeddp.tools.render_call import OPTIONS
 
-    notes: list[str] = []
-    try:
-        docs = render_documents(*values_from_args(args), notes=notes)
-    except (OptionError, RenderError) as exc:
-        return [], _fail(command, str(exc))
-    try:
-        problems = validate_documents(docs, command, _crd_schemas(args, docs))
-    except KubeError as exc:
-        return [], _fail(command, str(exc), exc.exit_code)
-    if problems:
-        for problem in problems:
-            print(f"kubeddp {command}: error: {problem}", file=sys.stderr)
-        return [], EXIT_BAD_INPUT
-    _print_warnings(command, docs, command)
-    for line in notes:  # which storage the job uses, what the cluster must offer
-        print(f"kubeddp {command}: {line}", file=sys.stderr)
-    return docs, 0
-
-
-def _print_warnings(command: str, docs: list[dict], source: str) -> None:
-    from kubeddp.tools.validate import document_warnings
-
-    for warning in document_warnings(docs, source):
-        print(f"kubeddp {command}: warning: {warning}", file=sys.stderr)
+    return {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from kubeddp.tools.chart.render import to_json, to_yaml
-
-    docs, code = _checked_documents(args, "render")
-    if code:
-        return code
-    if getattr(args, "script", None):  # when the image's script is here too: its pitfalls
-        from kubeddp.trainer.launcher.script_check import warnings_for
-
-        nodes = args.elastic or args.nodes
-        for line in warnings_for(args.script, nodes, args.program_args or []):
-            print(f"kubeddp render: warning: {line}", file=sys.stderr)
-    sys.stdout.write(to_yaml(docs) if args.output == "yaml" else to_json(docs))
+    manifests = _client(args).render(
+        args.kind,
+        validate_against=args.validate_against,
+        program_args=args.program_args,
+        **_render_options(args),
+    )
+    sys.stdout.write(manifests.yaml() if args.output == "yaml" else manifests.json())
     return 0
 
 
@@ -342,153 +289,104 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_stdin() -> str:
-    stream = getattr(sys.stdin, "buffer", None)  # bytes when stdin is a file or a pipe
-    if stream is None:
-        return yaml_io.decode_text(sys.stdin.read(yaml_io.MAX_BYTES + 1).encode(), "<stdin>")
-    return yaml_io.decode_text(stream.read(yaml_io.MAX_BYTES + 1), "<stdin>")
-
-
-def _read_files(files: list[str]) -> list[tuple[str, str]]:
-    """(name, text) of each file (- = stdin), through the bounded text reader; ManifestError
-    for a file that cannot be read or is not text."""
-    from kubeddp.tools.validate import ManifestError
-
-    out = []
-    for name in files:
-        try:
-            if name == "-":
-                out.append(("<stdin>", _read_stdin()))
-            else:
-                out.append((name, yaml_io.read_text(name)))
-        except OSError as exc:
-            raise ManifestError(f"cannot read {name} ({exc.strerror or exc})") from None
-        except UnicodeDecodeError:  # a text-mode stdin that is not UTF-8
-            raise ManifestError(f"{name} is not UTF-8 text; save it as UTF-8") from None
-        except yaml_io.YamlInputError as exc:
-            raise ManifestError(str(exc)) from None
-    return out
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     """Exit 0: valid; 1: problems found (printed on stdout); 2: a file that cannot be read
     or is not YAML objects; 3: --validate-against cluster and the cluster cannot be used."""
-    from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
-
-    try:
-        sources = [(name, load_documents(text, name)) for name, text in _read_files(args.files)]
-        all_docs = [doc for _, docs in sources for doc in docs]
-        crds = _crd_schemas(args, all_docs)
-    except ManifestError as exc:
-        return _fail("validate", str(exc))
-    except KubeError as exc:
-        return _fail("validate", str(exc), exc.exit_code)
-    problems = [p for name, docs in sources for p in validate_documents(docs, name, crds)]
-    for problem in problems:
+    checked = _client(args).validate(*args.files, validate_against=args.validate_against)
+    for problem in checked.problems:
         print(problem)
-    if problems:
+    if checked.problems:
         print(
-            f"kubeddp validate: error: {len(problems)} problem(s) in {len(all_docs)} documents "
-            "(listed above); fix them and validate again",
+            f"kubeddp validate: error: {len(checked.problems)} problem(s) in "
+            f"{checked.documents} documents (listed above); fix them and validate again",
             file=sys.stderr,
         )
         return exit_codes.TRAINING_FAILED  # the table's "validate: problems found"
-    for name, docs in sources:  # only for valid manifests: an error stays one line
-        _print_warnings("validate", docs, name)
-    print(f"ok: {len(all_docs)} documents in {len(sources)} files", file=sys.stderr)
+    print(f"ok: {checked.documents} documents in {checked.files} files", file=sys.stderr)
     return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from kubeddp.tools import jobs
-    from kubeddp.tools.chart.render import to_yaml
-    from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.validate import ManifestError, load_documents, validate_documents
-
-    if args.filename and args.kind:
-        return _fail("submit", "give either -f FILE or KIND with render options, not both")
-    if not args.filename and not args.kind:
-        return _fail("submit", "nothing to submit; give -f FILE or KIND (e.g. pytorchjob)")
-    try:
-        if args.filename:
-            ((name, text),) = _read_files([args.filename])
-            docs = load_documents(text, name)
-            if not docs:
-                return _fail("submit", f"{name} holds no Kubernetes objects; nothing to submit")
-            problems = validate_documents(docs, name, _crd_schemas(args, docs))
-            for problem in problems:
-                print(f"kubeddp submit: error: {problem}", file=sys.stderr)
-            if problems:
-                return EXIT_BAD_INPUT
-            _print_warnings("submit", docs, name)
-        else:
-            docs, code = _checked_documents(args, "submit")
-            if code:
-                return code
-        if args.dry_run == "client":
-            sys.stdout.write(to_yaml(docs))
-            return 0
-        cluster = _connect(args)
-        problem = _storage_problem(cluster, docs)
-        if problem:
-            return _fail("submit", problem)
-        jobs.submit(cluster, docs, args.dry_run == "server", sys.stdout)
-    except ManifestError as exc:
-        return _fail("submit", str(exc))
-    except KubeError as exc:
-        return _fail("submit", str(exc), exc.exit_code)
+    lines = _client(args).submit(
+        args.kind,
+        filename=args.filename,
+        dry_run=args.dry_run,
+        validate_against=args.validate_against,
+        program_args=args.program_args,
+        **_render_options(args),
+    )
+    for line in lines:
+        sys.stdout.write(line if line.endswith("\n") else f"{line}\n")
     return 0
 
 
-def _storage_problem(cluster, docs: list[dict]) -> str:
-    """Check the checkpoint claim against the cluster's StorageClasses where they can be read;
-    a claim that would stay Pending is a problem (one line), the rest a note."""
-    from kubeddp.tools.kube import KubeError
-    from kubeddp.tools.storage_classes import StorageProblem, check_claim, claims_of
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
 
-    claims = claims_of(docs)
-    if not claims:
-        return ""
-    try:
-        classes = cluster.storage_classes()
-    except KubeError as exc:
-        print(f"kubeddp submit: note: StorageClasses not checked ({exc})", file=sys.stderr)
-        return ""
-    for claim in claims:
-        try:
-            print(f"kubeddp submit: checkpoints: {check_claim(claim, classes)}", file=sys.stderr)
-        except StorageProblem as exc:
-            return str(exc)
-    return ""
+    import yaml
 
-
-def _cluster_command(args: argparse.Namespace, command: str) -> int:
-    from kubeddp.tools import jobs
-    from kubeddp.tools.kube import KubeError
-
-    try:
-        cluster = _connect(args)
-        if command == "status":
-            jobs.status(cluster, args.kind, args.name, sys.stdout, args.output)
-        elif command == "logs":
-            jobs.logs(
-                cluster, args.kind, args.name, args.replica, args.follow, args.tail, sys.stdout
-            )
-        elif command == "wait":
-            return jobs.wait(cluster, args.kind, args.name, args.timeout, args.interval, sys.stdout)
-        elif command == "diagnose":
-            from kubeddp.tools.diagnosis import diagnose
-
-            return diagnose(cluster, args.kind, args.name, sys.stdout)
-        else:
-            jobs.delete(cluster, args.kind, args.name, args.delete_pvc, sys.stdout)
-    except KubeError as exc:
-        return _fail(command, str(exc), exc.exit_code)
+    report = _client(args).status(args.name, args.kind)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(dict(report), indent=2) + "\n")
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump(dict(report), sort_keys=False))
+    else:
+        print(report)
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    lines = _client(args).logs(
+        args.name,
+        args.kind,
+        replica=args.replica,
+        node_rank=args.node_rank,
+        follow=args.follow,
+        tail=args.tail,
+    )
+    for line in lines:
+        print(line, flush=args.follow)
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from kubeddp.tools.client import WaitTimeout
+
+    try:
+        end = _client(args).wait(args.name, args.kind, args.timeout, args.interval)
+    except WaitTimeout as exc:  # not an error of the command: the answer "not yet"
+        print(exc)
+        return exc.exit_code
+    print(end)
+    return exit_codes.OK if end.succeeded else exit_codes.TRAINING_FAILED
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    for line in _client(args).delete(args.name, args.kind, delete_pvc=args.delete_pvc):
+        print(line)
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Print every stall report in the job's pod logs; 1 when there is none."""
+    reports = _client(args).diagnose(args.name, args.kind)
+    for report in reports:
+        print(report)
+    if not reports:
+        print(NO_REPORTS.format(name=args.name))
+        return exit_codes.TRAINING_FAILED
+    return 0
+
+
+NO_REPORTS = (
+    "no stall report in the logs of {name}'s pods (a restarted container's earlier log is "
+    "gone; the reports stay in diagnostics.report_dir, by default .kubeddp-diagnostics/ in "
+    "the checkpoint volume)"
+)
 CLUSTER_HANDLERS = {
-    name: (lambda args, name=name: _cluster_command(args, name))
-    for name in ("status", "logs", "wait", "delete", "diagnose")
+    "status": cmd_status,
+    "logs": cmd_logs,
+    "wait": cmd_wait,
+    "delete": cmd_delete,
+    "diagnose": cmd_diagnose,
 }

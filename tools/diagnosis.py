@@ -10,15 +10,20 @@ message (pod status). See docs/diagnostics.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
+from kubeddp.tools.terminal_text import printable
 from kubeddp.trainer.launcher.stall_watch import (
     PROGRESS_LINE,
     REPORT_BEGIN,
     REPORT_END,
     STALL_LINE,
 )
+
+if TYPE_CHECKING:
+    from kubeddp.tools.kinds import JobKind
 
 LOG_TAIL = 400
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z (.*)$")
@@ -143,33 +148,20 @@ def reports(text: str) -> list[str]:
     return found
 
 
-def diagnose(cluster: Any, kind_name: str, name: str, out: TextIO) -> int:
-    """Print every stall report in the job's pod logs; 1 when there is none."""
-    from kubeddp.tools.kinds import KINDS
-
-    kind = KINDS[kind_name]
+def stall_reports(cluster: Any, kind: JobKind, name: str, say: Callable[[str], None]) -> list[str]:
+    """Every stall report in the job's pod logs (or a container's termination message), each
+    headed by its pod; `say` gets a line for each pod whose log cannot be read."""
     pods = cluster.list_pods(f"{kind.job_name_label}={name}")
     logs = pod_logs(cluster, [p["metadata"]["name"] for p in pods], kind.container, None)
-    found = 0
+    found = []
     for pod in pods:
         pod_name = pod["metadata"]["name"]
         text = logs[pod_name]
         if text.startswith("!"):
-            print(f"{pod_name}: log not readable: {text[1:]}", file=out)
+            say(f"kubeddp diagnose: {pod_name}: log not readable: {text[1:]}")
             continue
-        for report in reports(text):
-            found += 1
-            print(f"==== {pod_name} ====\n{report}\n", file=out)
+        found += [f"==== {pod_name} ====\n{printable(report)}\n" for report in reports(text)]
         if not reports(text) and termination_message(pod):
-            found += 1
-            print(f"==== {pod_name} (termination message) ====", file=out)
-            print(f"stall: {termination_message(pod)}\n", file=out)
-    if not found:
-        print(
-            f"no stall report in the logs of {kind.resource.kind} {name}'s pods (a restarted "
-            "container's earlier log is gone; the reports stay in diagnostics.report_dir, "
-            "by default .kubeddp-diagnostics/ in the checkpoint volume)",
-            file=out,
-        )
-        return 1
-    return 0
+            stall = printable(termination_message(pod))
+            found.append(f"==== {pod_name} (termination message) ====\nstall: {stall}\n")
+    return found

@@ -68,9 +68,9 @@ def generated_files() -> dict[str, str]:
             raise SystemExit(f"gen_k8s: {name}: {problems[0]}")
         files[name] = _header(f"kubeddp render {command}") + to_yaml(docs)
     monitor = [build_fleet_podmonitor(extra_labels=PODMONITOR_LABELS)]
-    files["podmonitor.yaml"] = _header("kubeddp.tools.fleet_podmonitor") + to_yaml(monitor)
-    files["rbac.yaml"] = _header("kubeddp.tools.rbac.build_rbac") + to_yaml(build_rbac())
-    files["kustomization.yaml"] = _header("kubeddp.tools.gen_k8s") + yaml.safe_dump(
+    files["podmonitor.yaml"] = _header("tools/fleet_podmonitor.py") + to_yaml(monitor)
+    files["rbac.yaml"] = _header("tools/rbac.py: build_rbac") + to_yaml(build_rbac())
+    files["kustomization.yaml"] = _header("tools/gen_k8s.py") + yaml.safe_dump(
         KUSTOMIZATION, sort_keys=False
     )
     return files

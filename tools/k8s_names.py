@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 
 APP_NAME = "kubeddp"
 
@@ -33,21 +33,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Ports and paths of the training container
 METRICS_PORT_NAME = "metrics"
 METRICS_PATH = "/metrics"
-CONFIG_DIR = posixpath.dirname(trainer.CONFIG_FILE)
+CONFIG_DIR = storage_rules.CONFIG_DIR
 CONFIG_KEY = posixpath.basename(trainer.CONFIG_FILE)  # the ConfigMap key mounted as that file
-SHM_DIR = "/dev/shm"
+SHM_DIR = storage_rules.SHM_DIR
 # The pod's own volumes (templates/_pod.tpl); a user's extra volume takes another name.
 KUBEDDP_VOLUMES = ("config", "checkpoints", "dshm", "tmp")
-# Paths of the image a mounted volume must not hide (nor any folder above them): the venv with
-# Python and kubeddp, the system, and the user entry the processes run as.
-IMAGE_PATHS = (
-    "/opt/venv", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/passwd", "/etc/group",
-    "/proc", "/sys", "/dev",
-)  # fmt: skip
-# Where a user's volume may not be mounted: kubeddp's own mounts and the image's paths.
-RESERVED_MOUNT_PATHS = (
-    SHM_DIR, trainer.CHECKPOINT_DIR, CONFIG_DIR, trainer.SCRATCH_DIR, *IMAGE_PATHS,
-)  # fmt: skip
+# Where a user's volume may not be mounted: the checkpoints' place and where the checkpoints may
+# not be (kubeddp's other mounts and the image's paths: trainer/storage_rules.py).
+RESERVED_MOUNT_PATHS = (storage_rules.POD_DIR, *storage_rules.RESERVED)
 
 # The image. The entrypoint is written out where a runtime may replace it (TrainJob runtimes
 # set their own `command`).

@@ -7,16 +7,22 @@ missing operator (with the exact command), ask for RBAC (k8s/rbac.yaml), fix the
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kubeddp.tools.chart.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.kube_errors import HttpStatusError, KubeError, KubeInputError, Unreachable
-from kubeddp.tools.kube_transport import Transport, choose_kubeconfig
+from kubeddp.tools.kube_errors import (
+    AdmissionRefused,
+    HttpStatusError,
+    KubeError,
+    KubeInputError,
+    Unreachable,
+)
+from kubeddp.tools.kube_transport import LogStream, Transport, choose_kubeconfig
 from kubeddp.tools.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
 
 __all__ = ["Cluster", "Expected", "KubeError", "KubeInputError", "explain", "object_path"]
@@ -133,6 +139,14 @@ class Cluster:
         """Stop what the transport started (kubectl proxy); the command calls it at its end."""
         self.transport.close()
 
+    def with_timeout(self, seconds: float) -> Cluster:
+        """The same connection (and kubectl proxy) with another request timeout."""
+        other = copy.copy(self)
+        whole = max(1, int(seconds))
+        other.timeout = (min(CONNECT_TIMEOUT, whole), whole)
+        other.total_seconds = float(whole)
+        return other
+
     def _unreachable(self, exc: Unreachable) -> KubeError:
         host = self.host
         if exc.how == "connect-timeout":
@@ -163,8 +177,10 @@ class Cluster:
         body: Any = None,
         what: str = "",
         expect: Expected | None = None,
+        text: bool = False,
     ) -> Any:
-        """One REST call; JSON in, a JSON object (or a log's text) out, errors explained.
+        """One REST call; JSON in, a JSON object (or, for a log or `text`, the text) out,
+        errors explained.
 
         The whole call, answer included, ends within the request timeout: the client's
         timeouts bound each read, so a server that drips its answer a byte at a time would
@@ -175,7 +191,7 @@ class Cluster:
 
         def call() -> None:
             try:
-                outcome["answer"] = self._request(method, path, query, body, what)
+                outcome["answer"] = self._request(method, path, query, body, what, text)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 outcome["error"] = exc
 
@@ -196,15 +212,26 @@ class Cluster:
         return answer
 
     def _request(
-        self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, what: str
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None,
+        body: Any,
+        what: str,
+        text: bool = False,
     ) -> Any:
         try:
             data = self.transport.send(method, path, query or [], body, self.timeout)
         except HttpStatusError as exc:
-            raise KubeError(explain(exc, method, path, what)) from None
+            denial = webhook_denial(exc)
+            if denial:
+                raise AdmissionRefused(
+                    explain(exc, method, path, what), denial, exc.status
+                ) from None
+            raise KubeError(explain(exc, method, path, what), exc.status) from None
         except Unreachable as exc:
             raise self._unreachable(exc) from None
-        if path.endswith("/log"):
+        if text or path.endswith("/log"):
             return data.decode(errors="replace")
         try:
             answer = json.loads(data) if data else {}
@@ -218,13 +245,13 @@ class Cluster:
             )
         return answer
 
-    def stream(self, path: str, query: list[tuple[str, Any]]) -> Iterator[bytes]:
+    def stream(self, path: str, query: list[tuple[str, Any]]) -> LogStream:
         """A streaming GET (logs --follow): its lines. Only connecting is timed: a followed
         log may be quiet for hours. A break mid-stream raises StreamBroken (an OSError)."""
         try:
             return self.transport.stream(path, query, self.timeout[0])
         except HttpStatusError as exc:
-            raise KubeError(explain(exc, "GET", path, "pods/log")) from None
+            raise KubeError(explain(exc, "GET", path, "pods/log"), exc.status) from None
         except Unreachable as exc:
             raise self._unreachable(exc) from None
 
@@ -379,6 +406,15 @@ def _status_body(exc: Any) -> dict:
     return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
 
 
+WEBHOOK_DENIAL = "admission webhook "  # how the API server starts a webhook's refusal
+
+
+def webhook_denial(exc: Any) -> str:
+    """The API server's message when an admission webhook refused the request, else ''."""
+    message = _status_body(exc).get("message")
+    return message if isinstance(message, str) and message.startswith(WEBHOOK_DENIAL) else ""
+
+
 def _group_of(path: str) -> str:
     parts = path.split("/")
     return parts[2] if len(parts) > 2 and parts[1] == "apis" else ""
@@ -410,6 +446,9 @@ def explain(exc: Any, method: str, path: str, what: str) -> str:
         if group in INSTALL_HINTS:
             return f"the cluster has no {what} API (CRD missing); {INSTALL_HINTS[group]}"
         return f"the cluster has no {what} API; check the apiVersion"
+    denial = webhook_denial(exc)
+    if denial:  # a webhook's 403 is its verdict on the object, not RBAC's on the user
+        return f"{verb} {what} refused: {' '.join(denial.split())[:600]}"
     if exc.status == 403:
         where = f"in namespace {namespace!r}" if namespace else "cluster-wide"
         return f"forbidden: cannot {verb} {what} {where}; {RBAC_HINT}"

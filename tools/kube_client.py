@@ -1,11 +1,24 @@
 """The transport through the official `kubernetes` Python client (the `kube` extra): its
-kubeconfig loader (exec plugins, OIDC, client certificates) and its urllib3 pool."""
+kubeconfig loader (exec plugins, OIDC, client certificates) and the TLS setup it makes from
+that kubeconfig.
+
+Only the client's stable public surface is used: `Configuration` (filled by the kubeconfig
+loader; `auth_settings()` gives the current bearer token and refreshes an expiring one) and the
+urllib3 pool its REST layer builds from it (certificates, proxy, TLS server name). The
+requests are kubeddp's own: `ApiClient.call_api` is generated code whose arguments changed
+completely in kubernetes 37, and kubeddp needs nothing of it but a GET, POST or DELETE of a
+path.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from kubeddp.tools import kubeconfig as _kubeconfig
 from kubeddp.tools.kube_errors import HttpStatusError, KubeError, StreamBroken, Unreachable
@@ -14,10 +27,12 @@ from kubeddp.tools.kube_transport import (
     Query,
     checked_server,
     in_cluster_namespace,
+    lines_as_they_come,
     no_kubeconfig,
 )
+from kubeddp.trainer import __version__
 
-HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+USER_AGENT = f"kubeddp/{__version__}"
 
 
 def _load_kubeconfig(
@@ -61,9 +76,34 @@ def _unreachable(exc: BaseException) -> Unreachable:
     return Unreachable("refused", name)
 
 
+class _ClientLogStream:
+    """A followed log through urllib3; `close()` shuts its socket down from any thread."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        from urllib3.exceptions import HTTPError
+
+        try:
+            yield from lines_as_they_come(self.response.read1)
+        except (HTTPError, OSError, ValueError) as exc:  # ValueError: read after close
+            if not self.closed.is_set():
+                raise StreamBroken(type(exc).__name__) from None
+        finally:
+            self.response.release_conn()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.response.shutdown()  # urllib3 2.3+: a read blocked on the socket returns
+
+
 class ClientTransport:
     def __init__(self, choice: KubeconfigChoice, context: str | None) -> None:
         from kubernetes import client, config
+        from kubernetes.client.rest import RESTClientObject
         from urllib3.util.retry import Retry
 
         configuration = client.Configuration()
@@ -81,55 +121,63 @@ class ClientTransport:
                 raise no_kubeconfig(choice, context) from None
             self.namespace = in_cluster_namespace()
         self.host = checked_server(configuration.host)
-        self.api = client.ApiClient(configuration)
+        self.configuration = configuration
+        self.retries = configuration.retries
+        self.pool = RESTClientObject(configuration).pool_manager
 
-    def _call(
-        self, method: str, path: str, query: Query, body: Any, timeout: Any, headers: Any
+    def _headers(self, with_body: bool) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if with_body:
+            headers["Content-Type"] = "application/json"
+        for auth in self.configuration.auth_settings().values():  # refreshes an exec token
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def _open(
+        self, method: str, path: str, query: Query, body: Any, timeout: tuple[int, int | None]
     ) -> Any:
-        from kubernetes.client.exceptions import ApiException
+        """The response, its body not read yet; an error status raises HttpStatusError."""
+        import urllib3
+        from urllib3.exceptions import HTTPError
+
+        url = self.host.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            response = self.pool.request(
+                method,
+                url,
+                body=data,
+                headers=self._headers(data is not None),
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+                retries=self.retries,
+                preload_content=False,
+            )
+        except (HTTPError, OSError) as exc:
+            raise _unreachable(exc) from None
+        if not 200 <= response.status <= 299:
+            answer = self._read(response)
+            raise HttpStatusError(response.status, response.reason or "", answer)
+        return response
+
+    def _read(self, response: Any) -> bytes:
         from urllib3.exceptions import HTTPError
 
         try:
-            response = self.api.call_api(
-                path,
-                method,
-                query_params=query,
-                body=body,
-                header_params=headers,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
-            )
-            return response[0] if isinstance(response, tuple) else response
-        except ApiException as exc:
-            raise HttpStatusError(exc.status, exc.reason, exc.body) from None
+            return response.read()  # read here: a server may hang or reset mid-body
         except (HTTPError, OSError) as exc:
             raise _unreachable(exc) from None
+        finally:
+            response.release_conn()
 
     def send(
         self, method: str, path: str, query: Query, body: Any, timeout: tuple[int, int]
     ) -> bytes:
-        from urllib3.exceptions import HTTPError
+        return self._read(self._open(method, path, query, body, timeout))
 
-        response = self._call(method, path, query, body, timeout, HEADERS)
-        try:
-            return response.data  # read here: a server may hang or reset mid-body
-        except (HTTPError, OSError) as exc:
-            raise _unreachable(exc) from None
-
-    def stream(self, path: str, query: Query, connect_timeout: int) -> Iterator[bytes]:
+    def stream(self, path: str, query: Query, connect_timeout: int) -> _ClientLogStream:
         """Only connecting is timed: a followed log may be quiet for hours."""
-        from urllib3.exceptions import HTTPError
-
-        response = self._call("GET", path, query, None, (connect_timeout, None), None)
-
-        def lines() -> Iterator[bytes]:
-            try:
-                yield from response
-            except (HTTPError, OSError) as exc:
-                raise StreamBroken(type(exc).__name__) from None
-
-        return lines()
+        return _ClientLogStream(self._open("GET", path, query, None, (connect_timeout, None)))
 
     def close(self) -> None:
-        pass  # the pool goes with the process
+        self.pool.clear()

@@ -7,9 +7,15 @@ from kubeddp.trainer import exit_codes
 
 
 class KubeError(RuntimeError):
-    """A cluster operation failed; the message is one line with the fix."""
+    """A cluster operation failed; the message is one line with the fix. `status`: the API
+    server's HTTP status when it answered with an error (404: the object or its API is not
+    there), else None."""
 
     exit_code = exit_codes.CLUSTER_ERROR
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class KubeInputError(KubeError):
@@ -19,9 +25,18 @@ class KubeInputError(KubeError):
     exit_code = exit_codes.BAD_INPUT
 
 
+class AdmissionRefused(KubeError):
+    """An admission webhook refused the object; `denial` is the API server's message as it
+    came ("admission webhook "NAME" denied the request: ...")."""
+
+    def __init__(self, line: str, denial: str, status: int | None = None) -> None:
+        super().__init__(line, status)
+        self.denial = denial
+
+
 class HttpStatusError(Exception):
-    """The API server answered with an error status: what `kube.explain` reads (the same
-    attributes as the client's ApiException, so both transports are explained alike)."""
+    """The API server answered with an error status: what `kube.explain` reads (status, reason
+    and the body, so both transports are explained alike)."""
 
     def __init__(self, status: int, reason: str, body: str | bytes | None) -> None:
         super().__init__(f"{status} {reason}")

@@ -9,7 +9,7 @@ needs no 126 MiB client. Both send the same REST calls and raise the same errors
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,10 +31,20 @@ class Transport(Protocol):
     ) -> bytes:
         """The answer's body; HttpStatusError on an error status, Unreachable without one."""
 
-    def stream(self, path: str, query: Query, connect_timeout: int) -> Iterator[bytes]:
+    def stream(self, path: str, query: Query, connect_timeout: int) -> LogStream:
         """A streaming GET's lines; errors as `send`, a break mid-stream as StreamBroken."""
 
     def close(self) -> None: ...
+
+
+class LogStream(Protocol):
+    """The lines of a streaming answer (a followed pod log)."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None:
+        """End the stream from any thread: a read waiting for the next line returns, and the
+        iteration stops without an error (a job that ended leaves no pod followed)."""
 
 
 @dataclass(frozen=True)
@@ -86,3 +96,18 @@ def checked_server(host: str | None) -> str:
 def in_cluster_namespace() -> str | None:
     ns_file = Path(IN_CLUSTER_NAMESPACE_FILE)
     return ns_file.read_text().strip() if ns_file.is_file() else None
+
+
+READ_SIZE = 65536
+
+
+def lines_as_they_come(read1: Callable[[int], bytes]) -> Iterator[bytes]:
+    """The lines of a streamed answer, each as soon as it has arrived: `read1` returns what
+    one read gives (a whole-buffer read would wait for 64 KiB of a quiet log)."""
+    pending = b""
+    while chunk := read1(READ_SIZE):
+        *whole, pending = (pending + chunk).split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+    if pending:
+        yield pending

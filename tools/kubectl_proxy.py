@@ -46,6 +46,7 @@ from kubeddp.tools.kube_transport import (
     Query,
     checked_server,
     in_cluster_namespace,
+    lines_as_they_come,
     no_kubeconfig,
 )
 
@@ -58,6 +59,9 @@ START_SECONDS = 15  # kubectl reads the kubeconfig and listens; it dials nothing
 SERVING = re.compile(rb"Starting to serve on (\S+)")
 UNIX_SOCKETS = hasattr(socket, "AF_UNIX") and sys.platform != "win32"
 STOP_SECONDS = 5
+END_SECONDS = 1.0  # how long an exited kubectl takes to be reaped, at most
+POLL_SECONDS = 0.1  # how often a wait for kubectl's output looks whether kubectl still runs
+OWN_GROUP = hasattr(os, "killpg")  # POSIX: kubectl runs in a process group of its own
 # What kubectl proxy answers (500, text/plain, a Go error) when it cannot get an answer from
 # the API server; a real API server's own errors are Status objects in JSON.
 UPSTREAM_FAILURE = re.compile(
@@ -116,6 +120,9 @@ class KubectlProxy:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                # its own process group: a wrapper script's children (which may hold the pipes
+                # open) end with it
+                start_new_session=OWN_GROUP,
             )
         except OSError as exc:  # not executable, not a program
             if self.folder:
@@ -140,31 +147,24 @@ class KubectlProxy:
 
     def _wait_until_serving(self) -> str:
         assert self.process.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            deadline, seen = time.monotonic() + START_SECONDS, b""
-            while time.monotonic() < deadline and b"\n" not in seen:
-                if selector.select(max(0.0, deadline - time.monotonic())):
-                    chunk = os.read(self.process.stdout.fileno(), 4096)
-                    if not chunk:
-                        break  # kubectl exited
-                    seen += chunk
+        seen = _read_until(self.process.stdout, b"\n", START_SECONDS, self.process)
         found = SERVING.search(seen)
         if found:
             return found.group(1).decode(errors="replace")
-        ended = None
-        with contextlib.suppress(subprocess.TimeoutExpired):  # stdout closed: it is ending
-            ended = self.process.wait(STOP_SECONDS if time.monotonic() < deadline else 0)
+        try:  # its stdout ended a moment before its exit status can be read
+            ended = self.process.wait(timeout=END_SECONDS)
+        except subprocess.TimeoutExpired:
+            ended = None  # still running: it never said it serves
         self.close()
-        why = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
-        why = " ".join(why.split()).removeprefix("error: ")[:300]
-        if not why:
-            why = (
+        why = b"" if self.process.stderr is None else _read_until(self.process.stderr, None, 1)
+        why_text = " ".join(why.decode(errors="replace").split()).removeprefix("error: ")[:300]
+        if not why_text:
+            why_text = (
                 f"it did not start serving within {START_SECONDS}s"
                 if ended is None
                 else f"it ended with exit code {ended} without serving"
             )
-        raise KubeError(f"kubectl proxy failed: {why}; fix the kubeconfig or --context")
+        raise KubeError(f"kubectl proxy failed: {why_text}; fix the kubeconfig or --context")
 
     def _drain(self) -> None:
         assert self.process.stderr is not None
@@ -173,17 +173,45 @@ class KubectlProxy:
 
     def close(self) -> None:
         _OPEN.discard(self)
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self._signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.process.wait()
+        self._signal(signal.SIGKILL)  # what a wrapper left behind holding the pipes
         if self.process.stdout is not None:
             self.process.stdout.close()
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _signal(self, number: int) -> None:
+        """kubectl and whatever a wrapper script started beside it (its process group)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if OWN_GROUP:
+                os.killpg(self.process.pid, number)
+            elif self.process.poll() is None:
+                self.process.send_signal(number)
+
+
+def _read_until(
+    stream: Any, end: bytes | None, seconds: float, process: subprocess.Popen | None = None
+) -> bytes:
+    """What `stream` gives within `seconds`, up to `end` (None: up to end of file). Never
+    waits for the end of file itself: a child of a kubectl wrapper may hold the pipe open long
+    after kubectl ended, so a `process` that exited stops the wait too."""
+    seen, deadline = b"", time.monotonic() + seconds
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while time.monotonic() < deadline and (end is None or end not in seen):
+            if selector.select(min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))):
+                chunk = os.read(stream.fileno(), 4096)
+                if not chunk:
+                    break  # end of file
+                seen += chunk
+            elif process is not None and process.poll() is not None:
+                break  # ended, and nothing more came within a poll
+    return seen
 
 
 def _kubectl_options(choice: KubeconfigChoice, context: str | None) -> list[str]:
@@ -218,6 +246,33 @@ def _entries(data: dict, section: str) -> list[dict]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+class _ProxyLogStream:
+    """A followed log through kubectl proxy; `close()` shuts its socket down from any thread."""
+
+    def __init__(
+        self,
+        connection: http.client.HTTPConnection,
+        sock: socket.socket,
+        response: http.client.HTTPResponse,
+    ) -> None:
+        self.connection, self.sock, self.response = connection, sock, response
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from lines_as_they_come(self.response.read1)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if not self.closed.is_set():
+                raise StreamBroken(type(exc).__name__) from None
+        finally:
+            self.connection.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
 class ProxyTransport:
     def __init__(
         self, choice: KubeconfigChoice, context: str | None, timeout: tuple[int, int]
@@ -238,7 +293,9 @@ class ProxyTransport:
 
     def _open(
         self, method: str, path: str, query: Query, body: Any, timeout: float | None
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    ) -> tuple[http.client.HTTPConnection, socket.socket, http.client.HTTPResponse]:
+        """The connection, its socket (http.client may let go of it once the answer begins)
+        and the answer, its body not read yet."""
         target = f"{path}?{urlencode(query)}" if query else path
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json"}
@@ -247,6 +304,7 @@ class ProxyTransport:
         connection = self.proxy.connection(timeout)
         try:
             connection.request(method, target, body=data, headers=headers)
+            sock = connection.sock
             response = connection.getresponse()
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             connection.close()
@@ -255,7 +313,7 @@ class ProxyTransport:
             answer = self._read(response)
             connection.close()
             self._raise_for(response, answer)
-        return connection, response
+        return connection, sock, response
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
         name = type(exc).__name__
@@ -291,26 +349,16 @@ class ProxyTransport:
     def send(
         self, method: str, path: str, query: Query, body: Any, timeout: tuple[int, int]
     ) -> bytes:
-        connection, response = self._open(method, path, query, body, float(timeout[1]))
+        connection, _, response = self._open(method, path, query, body, float(timeout[1]))
         try:
             return self._read(response)
         finally:
             connection.close()
 
-    def stream(self, path: str, query: Query, connect_timeout: int) -> Iterator[bytes]:
-        connection, response = self._open("GET", path, query, None, float(connect_timeout))
-        if connection.sock is not None:
-            connection.sock.settimeout(None)  # a followed log may be quiet for hours
-
-        def lines() -> Iterator[bytes]:
-            try:
-                yield from response
-            except (OSError, http.client.HTTPException) as exc:
-                raise StreamBroken(type(exc).__name__) from None
-            finally:
-                connection.close()
-
-        return lines()
+    def stream(self, path: str, query: Query, connect_timeout: int) -> _ProxyLogStream:
+        connection, sock, response = self._open("GET", path, query, None, float(connect_timeout))
+        sock.settimeout(None)  # a followed log may be quiet for hours
+        return _ProxyLogStream(connection, sock, response)
 
     def close(self) -> None:
         self.proxy.close()

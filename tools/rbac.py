@@ -33,6 +33,9 @@ RULES = [
     *_rules_by_group(SUBMITTED, MANAGE),
     {"apiGroups": [""], "resources": [POD.plural], "verbs": READ},
     {"apiGroups": [""], "resources": [f"{POD.plural}/log"], "verbs": ["get"]},
+    # `kubeddp status` reads each pod's /metrics through the API server's pod proxy. It reaches
+    # any port of the namespace's pods: no more than creating the jobs already allows.
+    {"apiGroups": [""], "resources": [f"{POD.plural}/proxy"], "verbs": ["get"]},
 ]
 
 

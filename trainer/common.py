@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
+from kubeddp.trainer import constants
+
 
 def one_line(exc: BaseException) -> str:
     """`TypeName: first line of the message` (a gloo/NCCL message can run over many lines)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def this_pod() -> str:
+    """`pod P, node N` (the downward API's names; the host name outside Kubernetes): where a
+    stalled or slow rank runs."""
+    pod = os.environ.get(constants.ENV_POD_NAME) or socket.gethostname()
+    node = os.environ.get(constants.ENV_NODE_NAME)
+    return f"pod {pod}, node {node}" if node else f"pod {pod}"

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from kubeddp.trainer import yaml_io
+from kubeddp.trainer import storage_rules, yaml_io
 from kubeddp.trainer.constants import METRICS_PORT
 
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
@@ -280,8 +280,9 @@ class DDPConfig:
 class CheckpointConfig:
     dir: str = setting(
         "checkpoints",
-        "where checkpoints go (`/checkpoints` in pods): a directory of their own, or "
-        "`s3://bucket/prefix`",
+        f"where checkpoints go (`{storage_rules.POD_DIR}` in pods): a directory of their own, "
+        "or "
+        + " or ".join(f"`{scheme}://bucket/prefix`" for scheme in storage_rules.OBJECT_STORES),
     )
     every_steps: int = setting(
         0,
@@ -305,6 +306,14 @@ class CheckpointConfig:
         "after SIGTERM, time to reach a step boundary and save",
         above=0.0,
         maximum=3600.0,
+    )
+    readers: str = setting(
+        "all",
+        "with a checkpoint keeper, which pods fetch a program's checkpoints and files: `all` "
+        "(every pod: a program that loads on every rank) or `rank0` (only the pod of global "
+        "rank 0: a program that loads there and broadcasts). The built-in trainer reads on rank "
+        "0 whatever this says; an elastic job's pods all fetch (ranks are given at rendezvous)",
+        choices=("all", "rank0"),
     )
 
 
@@ -339,6 +348,11 @@ class RetriesConfig:
     )
 
 
+# The stall watch looks every stall_seconds / 10, at most every 0.2 s, and a step, a save or a
+# collective waiting on the slowest rank takes that long on a healthy run.
+MIN_STALL_SECONDS = 1.0
+
+
 @dataclass
 class DiagnosticsConfig:
     enabled: bool = setting(
@@ -347,8 +361,10 @@ class DiagnosticsConfig:
     stall_seconds: float = setting(
         180.0,
         "a rank that has not advanced for this long is stalled: its stacks and collectives are "
-        "captured (well below the 600 s collective timeout)",
-        above=0.0,
+        "captured (well below the 600 s collective timeout). At least "
+        f"{MIN_STALL_SECONDS:g} s: a shorter one reads a healthy step as a stall, and "
+        "`on_stall=exit` then ends every run",
+        minimum=MIN_STALL_SECONDS,
         maximum=ONE_WEEK_SECONDS,
     )
     on_stall: str = setting(
@@ -674,15 +690,13 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 # ---- How a config reaches a process: the --config/--set options (the same for `kubeddp
-# launch`, `kubeddp train` and the worker), and launch's hand-off of the config it loaded.
+# launch`, `kubeddp train` and a worker that a user's own torchrun starts). Launch loads the
+# config once and hands it to its workers in their environment, never as arguments: that
+# hand-off is the process contract's (trainer/process_contract.py).
 
 if typing.TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
-
-# Set by `kubeddp launch` for its workers: the config it loaded, as JSON, so no worker reads
-# the file or the overrides again (and none can see a different file than launch checked).
-ENV_RESOLVED_CONFIG = "KUBEDDP_RESOLVED_CONFIG"
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -702,12 +716,15 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_options_argv(path: str | None, overrides: list[str]) -> list[str]:
-    """The options as command-line arguments, for a process that parses them again."""
-    argv = ["--config", path] if path else []
-    for item in overrides:
-        argv += ["--set", item]
-    return argv
+def parse_config_options(argv: list[str], prog: str) -> argparse.Namespace:
+    """--config/--set alone, from `argv` (any other argument: one line, exit 2): what follows
+    `--` on launch's command line for the built-in trainer (as the manifests pass it), and the
+    command line of a worker that a user's own torchrun started without kubeddp launch."""
+    from kubeddp.trainer.arguments import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog=prog, description="the trainer's config options")
+    add_config_options(parser)
+    return parser.parse_args(argv)
 
 
 def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
@@ -715,25 +732,3 @@ def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Con
     from kubeddp.trainer.constants import ENV_CONFIG
 
     return load_config(args.config or env.get(ENV_CONFIG) or None, args.overrides)
-
-
-def resolved_config_env(cfg: Config) -> dict[str, str]:
-    """The environment that hands `cfg` to the workers (see resolved_config)."""
-    return {ENV_RESOLVED_CONFIG: json.dumps(cfg.to_dict())}
-
-
-def resolved_config(env: Mapping[str, str]) -> Config | None:
-    """The config `kubeddp launch` resolved for this worker; None when launch did not start it."""
-    raw = env.get(ENV_RESOLVED_CONFIG)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"${ENV_RESOLVED_CONFIG} is not a JSON config mapping; unset it (kubeddp launch "
-            "sets it for its workers) and pass --config/--set instead"
-        )
-    return config_from_dict(data)

@@ -25,13 +25,16 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # With --script/--module (a user's own program) only these config keys still apply (a section
 # alone: all of its keys): launch's metrics endpoint, the SIGTERM grace, retries and
 # diagnostics. launch refuses --set of any other key, the chart refuses those config values.
-PROGRAM_CONFIG_KEYS = ("metrics", "checkpoint.preempt_grace_seconds", "retries", "diagnostics")
+PROGRAM_CONFIG_KEYS = (
+    "metrics", "checkpoint.preempt_grace_seconds", "checkpoint.readers", "retries", "diagnostics",
+)  # fmt: skip
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
 PREEMPT_GRACE_SECONDS = 60
 
-# Environment variables kubeddp itself reads
+# Environment variables kubeddp itself reads (those launch sets for its workers are the
+# process contract's: trainer/process_contract.py)
 ENV_CONFIG = "KUBEDDP_CONFIG"
 ENV_CPU_NPROC = "KUBEDDP_CPU_NPROC"  # workers per CPU-only node when nproc is auto/cpu (default 1)
 ENV_METRICS_PORT = "KUBEDDP_METRICS_PORT"
@@ -45,44 +48,46 @@ ENV_MASTER_ADDR = "KUBEDDP_MASTER_ADDR"
 ENV_MASTER_PORT = "KUBEDDP_MASTER_PORT"
 ENV_NNODES = "KUBEDDP_NNODES"
 ENV_NPROC_PER_NODE = "KUBEDDP_NPROC_PER_NODE"
-# The old names, for code not yet moved to the new ones (tools/kinds/, tests); delete after.
-ENV_INDEXEDJOB_MASTER_ADDR = ENV_MASTER_ADDR
-ENV_INDEXEDJOB_MASTER_PORT = ENV_MASTER_PORT
-ENV_INDEXEDJOB_NNODES = ENV_NNODES
-ENV_INDEXEDJOB_NPROC = ENV_NPROC_PER_NODE
 # A Worker-only PyTorchJob: the node rank, from the pod's replica-index label (downward API)
 ENV_NODE_RANK = "KUBEDDP_NODE_RANK"
 # Rank 0 writes per-step wall-clock times here as JSON at the end of fit (tests/bench reads it)
 ENV_SUMMARY_FILE = "KUBEDDP_SUMMARY_FILE"
 # Metrics (trainer/worker/metrics.py, trainer/launcher/metrics_server.py)
 ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after training ends
-ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # set by launch for workers; shown in kubeddp_info
-ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 # Rank 0's network check results, in that directory; launch serves them (network_metrics.py)
 NETWORK_CHECK_FILE = "network-check.json"
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
-# Set by launch for its workers: the pid they must die with (trainer/worker/parent_death.py)
-ENV_LAUNCHER_PID = "KUBEDDP_LAUNCHER_PID"
 # The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a
 # ReadWriteOnce claim and serves its files; training pods fill checkpoint.dir (an emptyDir)
 # from it and send back what rank 0 writes (trainer/launcher/checkpoint_sync.py).
 KEEPER_PORT = 9410
 ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
+# The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
+# and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
+ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
+# The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
+# SIGTERM has for its save and its last send to the keeper (default below).
+ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
+TERMINATION_GRACE_SECONDS = 2 * PREEMPT_GRACE_SECONDS  # the manifests' default
+# Another block size (bytes, 1 MiB to 256 MiB; default 64 MiB) for the digests the checkpoint
+# writer records and the keeper's transfers: smaller blocks make more of them run in parallel
+ENV_CHECKPOINT_BLOCK_BYTES = "KUBEDDP_CHECKPOINT_BLOCK_BYTES"
+# Tests only: the named point where this process SIGKILLs itself (trainer/fault_points.py)
+ENV_TEST_KILL_AT = "KUBEDDP_TEST_KILL_AT"
 # "1": a user's program runs in checkpoint.dir, so a relative `snapshot.pt` is kept
 ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
-# "1": the user's program starts its own workers (mp.spawn); launch runs it once per node.
-ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"
+# How often launch posts a TrainJob's progress to Kubeflow Trainer (seconds; Trainer asks
+# for >= 5): trainer/launcher/trainjob_status.py
+ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
-    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG",
+    ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
 )  # fmt: skip
-# Where a worker of a user program notes that it returned (0): see launcher/early_exit.py.
-ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"
 # Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 # The pod's and node's names (downward API in every manifest) name a stalled or slow rank

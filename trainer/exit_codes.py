@@ -44,6 +44,7 @@ RDZV_UNREACHABLE = 200
 PEER_FAILED = 201
 STORAGE_UNREACHABLE = 202
 STALLED = 203
+CHECKPOINT_NOT_KEPT = 204
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -151,6 +152,15 @@ TABLE: tuple[ExitCode, ...] = (
         "a rank made no progress for diagnostics.stall_seconds; the stall report (log and "
         "checkpoint dir) names the rank, its pod and node and where it was stuck",
         "retried (the pod is replaced); `kubeddp diagnose JOB` shows the report",
+    ),
+    ExitCode(
+        CHECKPOINT_NOT_KEPT,
+        "checkpoint not kept",
+        "training",
+        "training finished, but the pod's last checkpoint or files did not reach the job's "
+        "checkpoint keeper before the time its grace period leaves (the log names what and why)",
+        "retried: the next pod resumes from the keeper's newest checkpoint and trains the rest; "
+        "if it repeats, check the keeper pod <job>-keeper and the free space of its claim",
     ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}

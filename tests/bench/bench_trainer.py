@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubeddp.trainer import constants
-from kubeddp.trainer.worker.heartbeat import ENV_DIAG_DIR
+from kubeddp.trainer import constants, process_contract
+from kubeddp.trainer.process_contract import ENV_DIAG_DIR
 from tests.bench.common import (
     BENCH_DIR,
     BenchError,
@@ -119,7 +119,7 @@ def _alternate(
     diag = work / f"{tag}-diagnostics"  # heartbeat records, as kubeddp launch makes them
     diag.mkdir(exist_ok=True)
     env = bench_env(
-        extra={constants.ENV_PROMETHEUS_MULTIPROC_DIR: str(prom), ENV_DIAG_DIR: str(diag)}
+        extra={process_contract.ENV_PROMETHEUS_MULTIPROC_DIR: str(prom), ENV_DIAG_DIR: str(diag)}
     )
     cmd = torchrun_cmd(2, BENCH_DIR / "overhead_worker.py", args)
     run_job(cmd, env, work / f"{tag}.log", timeout)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.bench import bench_comm, bench_multinode, bench_trainer, bench_tuning, gpu
+from tests.bench import bench_comm, bench_keeper, bench_multinode, bench_trainer, bench_tuning, gpu
 from tests.bench.bench_trainer import CharLM, safely
 from tests.bench.common import REPO_ROOT, Row, not_measured
 from tests.bench.report import write_report
@@ -31,6 +31,7 @@ SECTIONS = (
     "tuning",
     "gpu",
     "checkpoint",
+    "keeper",
     "metrics",
 )
 
@@ -59,6 +60,9 @@ class Sizes:
     quick_knobs: bool
     compile: bool
     timeout: float
+    keeper_sizes_mib: tuple[int, ...] = (1024, 4096)  # each against cp + fsync (bench_keeper.py)
+    keeper_reps: int = 2
+    keeper_pods_mib: int = 256
 
 
 SMALL = CharLM(n_layer=2, n_embd=64, batch_size=16)
@@ -110,6 +114,9 @@ MODES = {
         quick_knobs=True,
         compile=False,
         timeout=300,
+        keeper_sizes_mib=(256, 1024),
+        keeper_reps=1,
+        keeper_pods_mib=128,
     ),
     "tiny": Sizes(
         overhead_model=TINY,
@@ -132,6 +139,9 @@ MODES = {
         quick_knobs=True,
         compile=False,
         timeout=120,
+        keeper_sizes_mib=(16,),
+        keeper_reps=1,
+        keeper_pods_mib=4,
     ),
 }
 
@@ -309,6 +319,17 @@ def run_all(mode: str, sections: tuple[str, ...], work: Path, log) -> list[Row]:
             "tests.bench.bench_checkpoint",
             ["bench_checkpoint_stall", "bench_recovery"],
             tiny,
+        )
+    if "keeper" in sections:
+        log(f"keeper: push and fetch of {s.keeper_sizes_mib} MiB against cp + fsync, 8 pods")
+        rows += safely(
+            "keeper",
+            "checkpoint keeper",
+            bench_keeper.bench_keeper,
+            work,
+            list(s.keeper_sizes_mib),
+            s.keeper_reps,
+            s.keeper_pods_mib,
         )
     if "metrics" in sections:
         log("metrics: overhead")

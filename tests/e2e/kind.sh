@@ -5,12 +5,14 @@
 #                                         # Worker-only PyTorchJob, the Helm chart (ci values),
 #                                         # an elastic PyTorchJob
 #   tests/e2e/kind.sh trainer             # Kubeflow Trainer v2.3 (Helm chart) + JobSet: TrainJob
-#   tests/e2e/kind.sh indexedjob          # no operator: a batch/v1 Indexed Job
+#                                         # (kubeddp render + kubectl apply, the Helm chart)
+#   tests/e2e/kind.sh indexedjob          # no operator: a batch/v1 Indexed Job (kubeddp
+#                                         # render + kubectl apply, the Helm chart)
 #
 # Needs docker, kind, kubectl, helm and kubeddp (the repo's .venv, or KUBEDDP=...) on PATH.
 # Environment: KIND_CLUSTER (default kubeddp-e2e), KIND_NODE_IMAGE, KEEP_CLUSTER=1 (do not
 # delete a cluster this script created), SKIP_BUILD=1 (kubeddp:cpu is already built),
-# JOB_TIMEOUT (seconds per job, default 600).
+# JOB_TIMEOUT (seconds per job, default 600), KIND_WORK_DIR (the rendered manifests, /tmp).
 # Every job must reach Succeeded/Complete; rank 0's log must show the expected world size and a
 # final loss below the first; while the elastic job trains, its /metrics must report
 # kubeddp_world_size, then one of its pods is deleted mid-training, must be recreated, must
@@ -33,6 +35,7 @@ TRAINER_REF="v2.3.0"
 KUSTOMIZE_BASE="github.com/kubeflow/trainer.git/manifests/overlays"
 IMAGE="kubeddp:cpu"
 JOB_TIMEOUT="${JOB_TIMEOUT:-600}"
+WORK="${KIND_WORK_DIR:-/tmp}" # where the rendered manifests are written
 KUBEDDP="${KUBEDDP:-$(command -v kubeddp || echo .venv/bin/kubeddp)}"
 # A short gloo regression run: enough steps to watch /metrics while it trains.
 TRAIN_ARGS=(
@@ -53,6 +56,13 @@ CPU_POD=(--image "${IMAGE}" --cpu 250m --memory 512Mi --memory-limit 1Gi --shm-s
 # TrainJob has no pull-policy field (the runtime's container decides; a tag other than
 # :latest means IfNotPresent): render refuses the option for it.
 PULL_LOCAL=(--image-pull-policy IfNotPresent)
+# Every kind is also installed with `helm install` from the chart's kind values; a TrainJob
+# takes no pull policy, TTL or Job backoffLimit (its runtime decides them) and no `cpu` word.
+CHART_KIND_VALUES=(-f charts/kubeddp/ci/cpu-kind-values.yaml)
+TRAINJOB_CHART=(--set kind=TrainJob --set image.pullPolicy=null --set backoffLimit=null
+  --set ttlSecondsAfterFinished=null --set nprocPerNode=auto)
+INDEXEDJOB_CHART=(--set kind=IndexedJob)
+RETRY_PAUSE="${RETRY_PAUSE:-5}" # seconds between two tries of `retry`
 RANK0_SELECTOR=""  # the pod lose_rank0_pod deletes (set per job)
 created_cluster=0
 cluster_ready=0
@@ -120,8 +130,24 @@ retry() {
   local end=$((SECONDS + seconds))
   until "$@"; do
     [ "${SECONDS}" -lt "${end}" ] || fail "still failing after ${seconds}s: $*"
-    sleep 5
+    sleep "${RETRY_PAUSE}"
   done
+}
+
+# apply_job FILE: kubectl apply of a rendered job. A TrainJob comes right after its runtime,
+# and Trainer's webhook (which reads runtimes from its controller's cache) may refuse it for a
+# moment: the same apply again creates it (what exists stays unchanged).
+apply_job() {
+  retry 60 kubectl apply -f "$1"
+}
+
+# chart_install RELEASE JOB_NAME [HELM OPTIONS...]: helm install of the chart with the kind CI
+# values; a TrainJob's runtime is a pre-install hook, created before the release's objects.
+chart_install() {
+  local release="$1" name="$2"
+  shift 2
+  helm install "${release}" charts/kubeddp "${CHART_KIND_VALUES[@]}" \
+    --set fullnameOverride="${name}" "$@"
 }
 
 install_training_operator() {
@@ -142,10 +168,13 @@ install_trainer() {
     --set runtimes.defaultEnabled=true
   kubectl -n kubeflow-system wait --for=condition=Available deployment --all --timeout=300s
   retry 120 kubectl get clustertrainingruntime torch-distributed
-  # The validating webhook must answer before a TrainJob can be created.
-  "${KUBEDDP}" render trainjob --name kubeddp-webhook-probe "${CPU_POD[@]}" \
-    --checkpoints-lost-on-retry --validate-against offline > /tmp/kubeddp-webhook-probe.yaml
-  retry 180 kubectl apply --dry-run=server -f /tmp/kubeddp-webhook-probe.yaml
+  # The validating webhook must answer before a TrainJob can be created. A server dry run
+  # creates nothing, so the probe runs on the installed runtime (a runtime of its own, dry-run
+  # beside it, would never exist for the webhook).
+  "${KUBEDDP}" render trainjob --name kubeddp-webhook-probe --image "${IMAGE}" --cpu 250m \
+    --memory 512Mi --checkpoints-lost-on-retry --no-own-runtime \
+    --validate-against offline > "${WORK}/kubeddp-webhook-probe.yaml"
+  retry 180 kubectl apply --dry-run=server -f "${WORK}/kubeddp-webhook-probe.yaml"
 }
 
 # job_conditions KIND NAME: the job's true condition types ("" while it has none or is absent).
@@ -320,28 +349,27 @@ leg_training_operator() {
   install_training_operator
 
   log "(a) k8s/pytorchjob-cpu-gloo.yaml"
-  kubectl apply -f k8s/pytorchjob-cpu-gloo.yaml
+  apply_job k8s/pytorchjob-cpu-gloo.yaml
   wait_job pytorchjob kubeddp-cpu
   assert_trained training.kubeflow.org/job-name=kubeddp-cpu 2
 
   log "(a2) Worker-only PyTorchJob (the default shape): worker-0 lost mid-training"
   local lost=kubeddp-workers-loss
   render pytorchjob --name "${lost}" --nodes 2 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
-    "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${lost}.yaml"
-  kubectl apply -f "/tmp/${lost}.yaml"
+    "${ELASTIC_TRAIN_ARGS[@]}" > "${WORK}/${lost}.yaml"
+  apply_job "${WORK}/${lost}.yaml"
   RANK0_SELECTOR="training.kubeflow.org/job-name=${lost},training.kubeflow.org/replica-index=0"
   lose_rank0_pod "training.kubeflow.org/job-name=${lost}" pytorchjob "${lost}"
   assert_trained "training.kubeflow.org/job-name=${lost}" 2
 
   log "(b) helm install with charts/kubeddp/ci/cpu-kind-values.yaml"
-  helm install ci charts/kubeddp -f charts/kubeddp/ci/cpu-kind-values.yaml
+  chart_install ci kubeddp-ci
   wait_job pytorchjob kubeddp-ci
   assert_trained training.kubeflow.org/job-name=kubeddp-ci 4
   helm test ci --logs
 
   log "(b2) the chart, longer: worker-0 lost mid-training"
-  helm install ci-loss charts/kubeddp -f charts/kubeddp/ci/cpu-kind-values.yaml \
-    --set fullnameOverride=kubeddp-ci-loss --set backoffLimit=null \
+  chart_install ci-loss kubeddp-ci-loss --set backoffLimit=null \
     --set config.train.max_steps=30000 --set config.train.epochs=1000 \
     --set config.train.log_every=1000 --set config.checkpoint.every_steps=1000
   RANK0_SELECTOR="training.kubeflow.org/job-name=kubeddp-ci-loss,training.kubeflow.org/replica-index=0"
@@ -351,8 +379,8 @@ leg_training_operator() {
   log "(c) elastic PyTorchJob 2:3 (kubeddp render): a pod replaced mid-training"
   local job=kubeddp-elastic-cpu
   render pytorchjob --name "${job}" --elastic 2:3 --nodes 3 --nproc-per-node 1 \
-    --max-restarts 3 "${PULL_LOCAL[@]}" "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${job}.yaml"
-  kubectl apply -f "/tmp/${job}.yaml"
+    --max-restarts 3 "${PULL_LOCAL[@]}" "${ELASTIC_TRAIN_ARGS[@]}" > "${WORK}/${job}.yaml"
+  apply_job "${WORK}/${job}.yaml"
   wait_pod_running "${job}-worker-0"
   assert_metrics "${job}-worker-0" 3 pytorchjob "${job}"
   replace_pod "${job}-worker-2" pytorchjob "${job}"
@@ -370,16 +398,28 @@ leg_trainer() {
   install_trainer
   log "TrainJob, 2 nodes (kubeddp render trainjob; k8s/trainjob.yaml with the CPU image)"
   render trainjob --name kubeddp-trainjob-cpu --nodes 2 --nproc-per-node 1 \
-    > /tmp/kubeddp-trainjob-cpu.yaml
-  kubectl apply -f /tmp/kubeddp-trainjob-cpu.yaml
+    > "${WORK}/kubeddp-trainjob-cpu.yaml"
+  apply_job "${WORK}/kubeddp-trainjob-cpu.yaml"
   wait_job trainjob kubeddp-trainjob-cpu
   assert_trained jobset.sigs.k8s.io/jobset-name=kubeddp-trainjob-cpu 2
+
+  log "TrainJob by helm install (its runtime a pre-install hook), 2 pods x 2 workers"
+  chart_install ci-trainjob kubeddp-ci-trainjob "${TRAINJOB_CHART[@]}"
+  wait_job trainjob kubeddp-ci-trainjob
+  assert_trained jobset.sigs.k8s.io/jobset-name=kubeddp-ci-trainjob 4
+  helm test ci-trainjob --logs
+  # A hook is not the release's: uninstall leaves the runtime (as docs/manifests-and-chart.md
+  # says), and a new install of the same name replaces it.
+  helm uninstall ci-trainjob --wait
+  kubectl get trainingruntime kubeddp-ci-trainjob > /dev/null \
+    || fail "helm uninstall deleted the runtime hook; update docs/manifests-and-chart.md"
+  kubectl delete trainingruntime kubeddp-ci-trainjob
 
   log "TrainJob, 3 nodes on its own TrainingRuntime: node 0 lost mid-training"
   local lost=kubeddp-trainjob-loss selector
   render trainjob --name "${lost}" --nodes 3 --nproc-per-node 1 "${ELASTIC_TRAIN_ARGS[@]}" \
-    > "/tmp/${lost}.yaml"
-  kubectl apply -f "/tmp/${lost}.yaml"
+    > "${WORK}/${lost}.yaml"
+  apply_job "${WORK}/${lost}.yaml"
   selector="jobset.sigs.k8s.io/jobset-name=${lost}"
   RANK0_SELECTOR="${selector},batch.kubernetes.io/job-completion-index=0"
   lose_rank0_pod "${selector}" trainjob "${lost}"
@@ -389,16 +429,21 @@ leg_trainer() {
 leg_indexedjob() {
   log "Indexed Job, 2 pods, no operator (kubeddp render indexedjob)"
   render indexedjob --name kubeddp-indexed-cpu --nodes 2 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
-    > /tmp/kubeddp-indexed-cpu.yaml
-  kubectl apply -f /tmp/kubeddp-indexed-cpu.yaml
+    > "${WORK}/kubeddp-indexed-cpu.yaml"
+  apply_job "${WORK}/kubeddp-indexed-cpu.yaml"
   wait_job job kubeddp-indexed-cpu
   assert_trained batch.kubernetes.io/job-name=kubeddp-indexed-cpu 2
+
+  log "Indexed Job by helm install, 2 pods x 2 workers"
+  chart_install ci-indexed kubeddp-ci-indexed "${INDEXEDJOB_CHART[@]}"
+  wait_job job kubeddp-ci-indexed
+  assert_trained batch.kubernetes.io/job-name=kubeddp-ci-indexed 4
 
   log "Indexed Job, 3 pods: index 0 (the rendezvous host) lost mid-training"
   local lost=kubeddp-indexed-loss selector
   render indexedjob --name "${lost}" --nodes 3 --nproc-per-node 1 "${PULL_LOCAL[@]}" \
-    "${ELASTIC_TRAIN_ARGS[@]}" > "/tmp/${lost}.yaml"
-  kubectl apply -f "/tmp/${lost}.yaml"
+    "${ELASTIC_TRAIN_ARGS[@]}" > "${WORK}/${lost}.yaml"
+  apply_job "${WORK}/${lost}.yaml"
   selector="batch.kubernetes.io/job-name=${lost}"
   RANK0_SELECTOR="${selector},batch.kubernetes.io/job-completion-index=0"
   lose_rank0_pod "${selector}" job "${lost}"

@@ -28,7 +28,11 @@ Deviations from a real cluster, each on purpose:
 - the container's terminationMessagePath is a file per pod incarnation, named to the
   container by KUBEDDP_TERMINATION_LOG (the kubelet mounts it at /dev/termination-log);
 - the Job controller's pod-recreation back-off (10 s doubling, 6 min cap) is real by default;
-  `job_backoff_scale` shrinks it for tests that only need its order of events.
+  `job_backoff_scale` shrinks it for tests that only need its order of events;
+- with `trainjob_status` (Trainer's TrainJobStatus gate) the controller's status server is
+  tests/helpers/trainer_status_server.py, in this process, listening on the bridge namespace's
+  address under the controller Service's DNS name; the kubelet's projected token is a JWT of
+  the test's issuer (not rotated), and an env value naming a mount path is rewritten too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from controllers import (
@@ -73,8 +79,12 @@ from operator_env import (
     PodPlan,
     container_env,
     expand,
+    status_url,
+    with_trainjob_status,
 )
 from storage import RWX_NFS, Storage, StorageClass, claim_names
+
+from tests.helpers import trainer_status_server
 
 POD_NETWORK = ipaddress.ip_network("198.51.100.0/24")
 NAMESPACE = "default"
@@ -101,6 +111,28 @@ def _ip(*args: str) -> str:
     if done.returncode != 0:
         raise EmulationError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
+
+
+def listen_in_namespace(ns: str, address: str, port: int) -> socket.socket:
+    """A TCP socket listening on address:port inside network namespace `ns`, for a server of
+    this process: a child started in the namespace binds it and hands it over (SCM_RIGHTS)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    code = (
+        "import socket, sys\n"
+        "s = socket.socket()\n"
+        "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+        "s.listen(64)\n"
+        "socket.send_fds(socket.socket(fileno=int(sys.argv[3])), [b'fd'], [s.fileno()])\n"
+    )
+    argv = [sys.executable, "-c", code, address, str(port), str(theirs.fileno())]
+    with theirs:
+        done = subprocess.run(["ip", "netns", "exec", ns, *argv], pass_fds=(theirs.fileno(),),
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    with ours:
+        if done.returncode != 0:
+            raise EmulationError(f"cannot listen on {address}:{port} in {ns}: {done.stderr}")
+        _, fds, _, _ = socket.recv_fds(ours, 16, 1)
+    return socket.socket(fileno=fds[0])
 
 
 def netns_pids(ns: str) -> list[int]:
@@ -180,6 +212,7 @@ class EmulatedCluster:
         image_files: dict[str, Path] | None = None,
         storage_classes: list[StorageClass] | None = None,
         job_backoff_scale: float = 1.0,
+        trainjob_status: bool = False,
     ) -> None:
         self.pod_security = pod_security  # the namespace's enforced level: None | restricted
         # Paths the image holds (what its Dockerfile COPYs, e.g. /app/train.py) -> the host file
@@ -206,6 +239,10 @@ class EmulatedCluster:
         self.volumes: dict[str, Path] = {}
         self.storage = Storage(storage_classes if storage_classes is not None else [RWX_NFS])
         self._nodes = 0
+        # Trainer's TrainJobStatus gate: its status server, once a TrainJob starts
+        self.trainjob_status = trainjob_status
+        self.status_server: trainer_status_server.TrainerStatusServer | None = None
+        self.services: dict[str, list[str]] = {}  # address -> Service DNS names (not pods)
         self._make_bridge()
 
     # ------------------------------------------------------------ network
@@ -259,6 +296,7 @@ class EmulatedCluster:
                 if "." in name or name == run.plan.service:
                     names.append(f"{name}.{NAMESPACE}.{CLUSTER_DOMAIN}")
             lines.append(f"{run.ip} {' '.join(dict.fromkeys(names))}")
+        lines += [f"{address} {' '.join(names)}" for address, names in self.services.items()]
         return "\n".join(lines) + "\n"
 
     def _write_hosts(self) -> None:
@@ -290,6 +328,8 @@ class EmulatedCluster:
             key = f"pvc-{volume['persistentVolumeClaim']['claimName']}"  # shared by all pods
         elif "emptyDir" in volume:
             key = f"emptydir-{plan.name}-{volume['name']}-{run.uid}"  # lives as long as the pod
+        elif "projected" in volume:
+            key = f"projected-{plan.name}-{volume['name']}-{run.uid}"  # the kubelet's, per pod
         else:
             raise EmulationError(f"volume {volume['name']}: type not emulated")
         if key not in self.volumes:
@@ -297,7 +337,28 @@ class EmulatedCluster:
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(0o777)
             self.volumes[key] = path
+            if "projected" in volume:
+                self._project(plan, volume["projected"], path)
         return self.volumes[key]
+
+    def _project(self, plan: PodPlan, projected: dict[str, Any], path: Path) -> None:
+        """The kubelet's projected volume: a service-account token bound to the pod (from the
+        emulated API server's issuer) and ConfigMap keys."""
+        assert self.plan is not None
+        for source in projected["sources"]:
+            if "serviceAccountToken" in source and self.status_server is not None:
+                token = source["serviceAccountToken"]
+                seconds = token.get("expirationSeconds", 3600)
+                issued = self.status_server.credentials.issue(
+                    token["audience"], NAMESPACE, seconds, pod=plan.name
+                )
+                (path / token["path"]).write_text(issued)
+            elif "configMap" in source:
+                data = self.plan.configmaps[source["configMap"]["name"]]
+                for item in source["configMap"]["items"]:
+                    (path / item["path"]).write_text(data[item["key"]])
+            else:
+                raise EmulationError(f"projected source {sorted(source)} is not emulated")
 
     def _mounts(self, run: PodRun) -> dict[str, Path]:
         by_name = {v["name"]: v for v in run.plan.volumes}
@@ -425,6 +486,7 @@ class EmulatedCluster:
         mounts = self._mounts(run)
         self._fill_configmaps(plan, mounts)
         env = container_env(plan, NAMESPACE, run.ip)
+        env = {name: self.rewrite_path(value, mounts) for name, value in env.items()}
         if "/tmp" in mounts:
             env["TMPDIR"] = str(mounts["/tmp"])
             env.setdefault("HOME", str(mounts["/tmp"]))
@@ -472,11 +534,30 @@ class EmulatedCluster:
             made = self.storage.add_claim(claim)
             if made.phase != "Bound":
                 self.status.events.append(f"claim {made.name} Pending: {made.reason}")
+        if self.trainjob_status and plan.kind == "TrainJob":
+            self._serve_trainjob_status(plan)
         for pod in plan.deployments:  # e.g. the checkpoint keeper, before the job's pods
             self._create_pod(pod, 0)
         for pod in plan.pods:
             self.status.restarts[pod.name] = 0
             self._create_pod(pod, 0)
+
+    def _serve_trainjob_status(self, plan: JobPlan) -> None:
+        """Trainer's status server behind its Service name (on the bridge namespace's address),
+        its plugin applied to the pods, and the CA ConfigMap its Build makes."""
+        url = urlsplit(status_url(NAMESPACE, plan.name))
+        assert url.hostname and url.port
+        address = str(POD_NETWORK[1])
+        listener = listen_in_namespace(self.bridge_ns, address, url.port)
+        credentials = trainer_status_server.Credentials(self.workdir / "trainer", (url.hostname,))
+        server = trainer_status_server.TrainerStatusServer(
+            credentials, {(NAMESPACE, plan.name)}, listener
+        )
+        server.thread.start()
+        self.status_server = server
+        self.services[address] = [url.hostname]
+        with_trainjob_status(plan, NAMESPACE)
+        plan.configmaps[f"{plan.name}-tls-config"] = {"ca.crt": credentials.ca_file.read_text()}
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         """A node loss (SIGKILL of every process) or any signal to all of the pod's processes."""
@@ -696,6 +777,19 @@ class EmulatedCluster:
             })  # fmt: skip
         return found
 
+    def job_object(self) -> dict[str, Any]:
+        """The job as the emulated API serves it: its conditions and, for a TrainJob whose
+        controller has the status server, the latest status.trainerStatus posted to it."""
+        assert self.plan is not None
+        name = self.plan.name
+        status: dict[str, Any] = {"conditions": self.job_conditions()}
+        server = self.status_server
+        latest = server.latest(NAMESPACE, name) if server is not None else None
+        if latest is not None:
+            status["trainerStatus"] = latest
+        metadata = {"name": name, "namespace": NAMESPACE}
+        return {"kind": self.plan.kind, "metadata": metadata, "status": status}
+
     def job_conditions(self) -> list[dict[str, str]]:
         """The job's status.conditions: Succeeded/Complete or Failed with the reason."""
         if self.status.phase == "Running":
@@ -710,6 +804,8 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------ cleanup
     def close(self) -> None:
+        if self.status_server is not None:
+            self.status_server.stop()
         for run in self.pods.values():
             for popen in (run.popen, run.init_popen):
                 if popen is not None and popen.poll() is None:

@@ -550,6 +550,54 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
     )
 
 
+# ---------------------------------------------------------------- TrainJob status (gate)
+STATUS_GATE = "TrainJobStatus feature gate on"
+STATUS_ENV = ("KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_CA_CERT",
+              "KUBEFLOW_TRAINER_SERVER_TOKEN")  # fmt: skip
+STATUS_VOLUME = "kubeflow-trainer-token"  # TR trainjobstatus.go tokenVolumeName
+STATUS_TOKEN_SECONDS = 3600  # TR trainjobstatus.go tokenExpirySeconds
+
+
+def _table_value(env_var: str) -> str:
+    """The row's value up to its first space (the rest explains it)."""
+    return table_row(TRAINER, env_var, STATUS_GATE)["value_or_formula"].split(" ", 1)[0]
+
+
+def status_url(namespace: str, name: str) -> str:
+    template = _table_value("KUBEFLOW_TRAINER_SERVER_URL")
+    return template.replace("<namespace>", namespace).replace("<trainjob-name>", name)
+
+
+def with_trainjob_status(plan: JobPlan, namespace: str) -> JobPlan:
+    """TR trainjobstatus.go, registered when the controller's TrainJobStatus gate is on:
+    EnforceMLPolicy upserts the three variables and the projected volume (a token for this
+    TrainJob's audience, and the CA from ConfigMap <name>-tls-config, which Build makes) into
+    every container of the trainer's pods. The ConfigMap's data is the cluster's CA."""
+    url_name, ca_name, token_name = STATUS_ENV
+    ca_path, token_path = _table_value(ca_name), _table_value(token_name)
+    mount_path = str(Path(ca_path).parent)
+    # utils.go: TokenAudience is StatusUrl's path without its leading "/apis/"
+    audience = status_url(namespace, plan.name).split("/apis/", 1)[1]
+    volume = {
+        "name": STATUS_VOLUME,
+        "projected": {"sources": [
+            {"serviceAccountToken": {"audience": audience,
+                                     "expirationSeconds": STATUS_TOKEN_SECONDS,
+                                     "path": Path(token_path).name}},
+            {"configMap": {"name": f"{plan.name}-tls-config",
+                           "items": [{"key": "ca.crt", "path": Path(ca_path).name}]}},
+        ]},
+    }  # fmt: skip
+    env = {url_name: status_url(namespace, plan.name), ca_name: ca_path, token_name: token_path}
+    for pod in plan.pods:
+        pod.operator_env.update(injected(TRAINER, dict.fromkeys(env, STATUS_GATE), env))
+        mounts = [m for m in pod.container.get("volumeMounts", []) if m["name"] != STATUS_VOLUME]
+        mounts.append({"name": STATUS_VOLUME, "mountPath": mount_path, "readOnly": True})
+        pod.container["volumeMounts"] = mounts
+        pod.volumes = [v for v in pod.volumes if v["name"] != STATUS_VOLUME] + [volume]
+    return plan
+
+
 def _pod_failure_rules(job_spec: dict[str, Any]) -> list[dict[str, Any]]:
     return copy.deepcopy((job_spec.get("podFailurePolicy") or {}).get("rules", []))
 

@@ -17,29 +17,27 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster import EmulatedCluster, EmulationError
-from operator_env import INIT_CONTAINER_NAME, JobPlan, load_documents, plan_from_documents
+from operator_env import INIT_CONTAINER_NAME, JobPlan, plan_from_documents
 from prometheus_client.parser import text_string_to_metric_families
+from rendered_jobs import (
+    DONE,
+    JOB_SECONDS,
+    LONGER,
+    REPO,
+    TINY,
+    assert_trained,
+    exits,
+    first_complete_checkpoint,
+    render,
+    slow_steps,
+)
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import checkpoints as ck
-from tests.helpers import faults
+from tests.helpers import helm_install
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-KUBEDDP = [sys.executable, "-m", "kubeddp"]
-# A tiny regression run: a handful of gloo steps, checkpoints, an eval.
-TINY = [
-    "--set", "workload.name=regression",
-    "--set", "train.max_steps=20",
-    "--set", "train.log_every=5",
-    "--set", "train.eval_batches=2",
-    "--set", "checkpoint.every_steps=10",
-    "--set", "ddp.backend=gloo",
-    "--set", "ddp.device=cpu",
-]  # fmt: skip
-# Long enough to scrape /metrics or kill a pod while the job trains (~100 ms/step here).
-LONGER = ["--set", "train.max_steps=80", "--set", "train.epochs=10"]
 # For exactly-once checks: 1800 training rows (2000 x 90%) split evenly over 3 or 6 ranks, every
 # sample id recorded in the checkpoints; 2 epochs of 38 (3 ranks) or 19 (6 ranks) steps.
 EXACTLY_ONCE = [
@@ -55,17 +53,6 @@ EXACTLY_ONCE = [
     "--set", "ddp.device=cpu",
 ]  # fmt: skip
 TRAIN_ROWS = 1800
-JOB_SECONDS = 150
-DONE = re.compile(r"final loss ([0-9.]+) \(start ([0-9.]+)\)")
-
-
-def render(kind: str, *args: str) -> JobPlan:
-    argv = [*KUBEDDP, "render", kind, "--image", "kubeddp:cpu", "--validate-against", "offline"]
-    done = subprocess.run(
-        [*argv, *args], capture_output=True, text=True, timeout=120, cwd=REPO, check=False
-    )
-    assert done.returncode == 0, f"kubeddp render failed:\n{done.stderr}"
-    return plan_from_documents(load_documents(done.stdout))
 
 
 def render_chart(values_file: Path, release: str) -> JobPlan:
@@ -75,51 +62,8 @@ def render_chart(values_file: Path, release: str) -> JobPlan:
     rendered = Chart.load(REPO / "charts" / "kubeddp").render(
         values, name=release, namespace="default", is_install=True
     )
-    docs = [
-        d
-        for path, text in rendered.items()
-        if "/tests/" not in path and path.endswith((".yaml", ".yml"))
-        for d in load_documents(text)
-    ]
-    return plan_from_documents(docs)
-
-
-def exits(cluster: EmulatedCluster) -> list[tuple[str, int | None]]:
-    """(pod, exit code) of every container end the controllers saw, in order."""
-    found = []
-    for event in cluster.status.events:
-        pod, _, rest = event.partition(": exit ")
-        if rest:
-            code = rest.split(" ", 1)[0]
-            found.append((pod, None if code == "None" else int(code)))
-    return found
-
-
-def slow_steps(work_ms: int, samples: int = 2000) -> list[str]:
-    """Steps of at least `work_ms` (every rank's forward sleeps, the regression model and data
-    otherwise): a test that preempts a pod after the first checkpoint does so while it trains."""
-    return [*faults.settings("slow", -1, 0, samples=samples, work_ms=work_ms),
-            "--env", f"PYTHONPATH={REPO}"]  # the image would hold the workload  # fmt: skip
-
-
-def first_complete_checkpoint(cluster: EmulatedCluster, timeout: float = JOB_SECONDS) -> object:
-    # a finished checkpoint: ckpt-<step>/COMPLETE is written last, then renamed into place
-    return cluster.run_until(
-        lambda: any(cluster.volume("pvc-").glob("ckpt-*/COMPLETE")),
-        timeout,
-        "a complete checkpoint on the claim",
-    )
-
-
-def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
-    """rank 0 reported the expected world size, and the loss fell."""
-    logs = cluster.all_logs()
-    sizes = {int(s) for s in re.findall(r"\| world size (\d+) \(gloo", logs)}
-    assert sizes == {world_size}, f"world sizes {sizes}, expected {world_size}\n{logs[-3000:]}"
-    done = DONE.findall(logs)
-    assert done, f"no final loss line\n{cluster.log_tails()}"
-    final, start = (float(x) for x in done[-1])
-    assert final < start, f"loss did not fall: start {start}, final {final}"
+    # `helm install`: hooks and objects in Helm's order, through the API server's admission
+    return plan_from_documents(helm_install.installed(rendered))
 
 
 def scrape(cluster: EmulatedCluster, pod: str) -> dict[str, float]:
@@ -244,7 +188,7 @@ def test_elastic_store_host_killed_and_recreated_resumes(cluster: EmulatedCluste
     end with PEER_FAILED (retried), not a plain 1, and the job resumes with all three pods."""
     # The kill comes while the job trains, not after its 80 steps (3 s bare; it raced once)
     plan = render(
-        "pytorchjob", "--name", "el", "--elastic", "2:3", "--nodes", "3",
+        "pytorchjob", "--name", "el", "--elastic", "3:3", "--nodes", "3",
         "--nproc-per-node", "1", "--max-restarts", "3", *TINY, *LONGER, *slow_steps(100),
     )  # fmt: skip
     assert plan.elastic and not any(p.replica_type == "Master" for p in plan.pods)
@@ -260,29 +204,57 @@ def test_elastic_store_host_killed_and_recreated_resumes(cluster: EmulatedCluste
     resumed = re.findall(r"resumed from \S+ \(step (\d+)", logs)
     assert resumed and int(resumed[-1]) > 0, f"no resume from a checkpoint\n{cluster.log_tails()}"
     after_resume = logs[logs.rindex("resumed from") :]
-    # The recreated pod is back in the group (min is 2: without it the world size would be 2).
+    # The recreated pod is back in the group: min = max = 3, so the rendezvous waits for it
+    # however slowly it starts (with 2:3 a pod that started after the last call trained in a
+    # group of 2 on a loaded machine: the test then measured a start-up race, not the recovery).
     assert "| world size 3 (gloo" in after_resume, after_resume[:2000]
     recreated = [r for r in cluster.history if r.plan.name == "el-worker-0"][-1]
-    assert "rendezvous: pytorchjob-elastic, nodes 2:3" in recreated.output(), recreated.tail()
+    assert "rendezvous: pytorchjob-elastic, nodes 3:3" in recreated.output(), recreated.tail()
     done = DONE.findall(logs)
     assert done and float(done[-1][0]) < float(done[-1][1]), f"loss did not fall: {done}"
 
 
+def trainer_progress(cluster: EmulatedCluster) -> int:
+    """The TrainJob's status.trainerStatus.progressPercentage as the emulated API serves it
+    (-1 before any)."""
+    return cluster.job_object()["status"].get("trainerStatus", {}).get("progressPercentage", -1)
+
+
 @pytest.mark.timeout(JOB_SECONDS + 60)
-def test_trainjob_two_nodes(cluster: EmulatedCluster) -> None:
+def test_trainjob_two_nodes_shows_its_progress_in_its_status(cluster_factory) -> None:
     """Trainer would start one process per requested CPU without numProcPerNode: kubeddp sets
-    it, so 3 CPUs per node still mean the one worker per node asked for."""
-    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY)
+    it, so 3 CPUs per node still mean the one worker per node asked for. The controller has its
+    TrainJobStatus gate on: the pod of rank 0 posts progress to its status server through the
+    Service name, with the projected token and CA, and the TrainJob's status.trainerStatus
+    climbs while the job trains."""
+    plan = render("trainjob", "--name", "tj", "--nodes", "2", "--cpu", "3", *TINY, *LONGER,
+                  *slow_steps(40), "--env", "KUBEDDP_TRAINER_STATUS_SECONDS=1")  # fmt: skip
     assert [p.name for p in plan.pods] == ["tj-node-0-0", "tj-node-0-1"]
     assert "tj-node-0-0.tj" in plan.pods[0].dns_names
     # kubeddp's own TrainingRuntime: pods Never, backoffLimit 3, a JobSet failurePolicy
     assert plan.restart_policy == {"node": "Never"} and plan.backoff_limit == 3
     assert plan.jobset_failure_policy is not None
+    cluster = cluster_factory(trainjob_status=True)
     cluster.start(plan)
+
+    def under_way() -> int:
+        progress = trainer_progress(cluster)
+        return progress if 0 < progress < 100 else 0
+
+    first = cluster.run_until(under_way, JOB_SECONDS, "progress under way in the TrainJob's status")
+    assert isinstance(first, int)
+    cluster.run_until(lambda: trainer_progress(cluster) > first, JOB_SECONDS, "more progress")
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Succeeded", f"{status}\n{cluster.log_tails()}"
     assert "rendezvous: trainjob, nodes 2, 1 workers/node" in cluster.logs("tj-node-0-1")
     assert_trained(cluster, world_size=2)
+    final = cluster.job_object()["status"]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
+    metrics = {m["name"]: m["value"] for m in final["metrics"]}
+    assert metrics["step"] == metrics["total_steps"] == "80", metrics
+    server = cluster.status_server
+    assert server is not None and server.requests
+    assert {(r.answered, r.pod) for r in server.requests} == {(200, "tj-node-0-0")}, "rank 0's pod"
 
 
 @pytest.mark.timeout(JOB_SECONDS + 60)

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 from cluster import EmulatedCluster
-from test_emulated_jobs import (
+from rendered_jobs import (
+    BUDGET,
     JOB_SECONDS,
+    OOM_IMAGE_SCRIPT,
+    OOM_SCRIPT,
     TINY,
     assert_trained,
     exits,
@@ -34,9 +37,6 @@ from tests.helpers import fake_api
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-OOM_SCRIPT = Path(__file__).with_name("oom_worker.py")
-IMAGE_SCRIPT = "/app/oom_worker.py"
-BUDGET = 2
 # Long enough to preempt a pod while the job trains, short enough for 2 shared cores.
 STEPS = ["--set", "train.max_steps=60", "--set", "train.epochs=20", "--set",
          "checkpoint.every_steps=10"]  # fmt: skip
@@ -49,9 +49,9 @@ def kubeddp_status(cluster: EmulatedCluster, kind: str, resource: str, name: str
     """`kubeddp status` against an API server that serves the emulated job and its pods."""
     ns = fake_api.NAMESPACE
     with fake_api.running() as api:
-        conditions = cluster.job_conditions()
-        job = {"kind": kind, "apiVersion": resource.removeprefix("/apis/"),
-               "metadata": {"name": name}, "status": {"conditions": conditions}}  # fmt: skip
+        # what the emulated controllers record: conditions (and a TrainJob's trainerStatus)
+        job = {**cluster.job_object(), "apiVersion": resource.removeprefix("/apis/")}
+        assert (job["kind"], job["metadata"]["name"]) == (kind, name)
         pods = {"kind": "PodList", "apiVersion": "v1", "items": cluster.pod_objects()}
         api.route("GET", f"{resource}/namespaces/{ns}/{kind.lower()}s/{name}", 200, job)
         api.route("GET", f"/api/v1/namespaces/{ns}/pods", 200, pods)
@@ -72,9 +72,9 @@ def test_a_worker_oom_killed_at_every_start_ends_the_job_within_the_budget(
 ) -> None:
     budget = f"retries.without_progress={BUDGET}"
     plan = render("pytorchjob", "--name", "oom", "--nodes", "1", "--nproc-per-node", "2",
-                  "--script", IMAGE_SCRIPT, "--set", budget)  # fmt: skip
+                  "--script", OOM_IMAGE_SCRIPT, "--set", budget)  # fmt: skip
     assert plan.restart_policy == {"Worker": "ExitCode"}
-    cluster = cluster_factory(image_files={IMAGE_SCRIPT: OOM_SCRIPT})
+    cluster = cluster_factory(image_files={OOM_IMAGE_SCRIPT: OOM_SCRIPT})
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)
     assert status.phase == "Failed", f"{status}\n{cluster.log_tails()}"
@@ -125,8 +125,11 @@ def test_trainjob_of_eight_nodes_survives_a_preempted_pod(cluster: EmulatedClust
 
 @pytest.mark.timeout(7 * JOB_SECONDS)
 def test_indexed_job_of_32_pods_survives_a_preempted_pod(cluster: EmulatedCluster) -> None:
+    # 30 steps, not STEPS' 60: each step of 32 ranks costs every rank ~70 ms of CPU here (a
+    # 32-way ring on 2 cores), and 20 steps after the resume show it as well as 50.
     plan = render("indexedjob", "--name", "ix", "--nodes", "32", "--nproc-per-node", "1",
-                  *TINY, *STEPS, "--set", "workload.samples=8192")  # fmt: skip
+                  *TINY, *STEPS, "--set", "train.max_steps=30",
+                  "--set", "workload.samples=8192")  # fmt: skip
     cluster.start(plan)
     # 32 pods import torch and meet on 2 shared cores: minutes before the first checkpoint
     first_complete_checkpoint(cluster, 3 * JOB_SECONDS)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from cluster import EmulatedCluster
-from test_emulated_jobs import JOB_SECONDS, render
+from rendered_jobs import JOB_SECONDS, render
 
 from tests.helpers import procs, user_script
 

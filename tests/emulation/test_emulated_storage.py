@@ -17,8 +17,19 @@ from pathlib import Path
 import pytest
 from cluster import EmulatedCluster
 from operator_env import JobPlan
+from rendered_jobs import (
+    BUDGET,
+    JOB_SECONDS,
+    LONGER,
+    OOM_IMAGE_SCRIPT,
+    OOM_SCRIPT,
+    TINY,
+    assert_trained,
+    exits,
+    render,
+    slow_steps,
+)
 from storage import KIND_STANDARD
-from test_emulated_jobs import JOB_SECONDS, LONGER, TINY, assert_trained, render, slow_steps
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 SEED_SCRIPT = Path(__file__).with_name("seed_snapshot_train.py")
@@ -153,15 +164,12 @@ def test_a_tutorial_script_resumes_from_its_relative_snapshot_on_readwriteonce_s
 def test_the_retry_budget_ends_an_oom_loop_under_the_keeper(cluster_factory) -> None:
     """Each recreated pod has a fresh emptyDir: launch's retry budget record must come back from
     the keeper with the checkpoints, or a worker OOM-killed at every start loops forever."""
-    from test_emulated_jobs import exits
-    from test_emulated_retries import BUDGET, OOM_SCRIPT
-    from test_emulated_retries import IMAGE_SCRIPT as OOM_IMAGE
-
     from kubeddp.trainer import exit_codes
 
-    cluster = _rwo_only(cluster_factory, image_files={OOM_IMAGE: OOM_SCRIPT})
+    cluster = _rwo_only(cluster_factory, image_files={OOM_IMAGE_SCRIPT: OOM_SCRIPT})
     plan = render("pytorchjob", "--name", "om", "--nodes", "2", "--nproc-per-node", "2",
-                  "--script", OOM_IMAGE, "--set", f"retries.without_progress={BUDGET}")  # fmt: skip
+                  "--script", OOM_IMAGE_SCRIPT,
+                  "--set", f"retries.without_progress={BUDGET}")  # fmt: skip
     assert plan.deployments, "two pods: the keeper holds the claim"
     cluster.start(plan)
     status = cluster.wait_finished(JOB_SECONDS)

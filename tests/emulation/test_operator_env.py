@@ -33,6 +33,7 @@ from operator_env import (
     pytorchjob_plan,
     table,
     trainjob_plan,
+    with_trainjob_status,
 )
 
 from kubeddp.trainer import exit_codes
@@ -230,6 +231,27 @@ def test_trainjob_pods_carry_job_completion_index() -> None:
     plan = trainjob_plan(_trainjob({"numNodes": 3}))
     env = container_env(plan.pods[2], "default", "198.51.100.7")
     assert env["JOB_COMPLETION_INDEX"] == "2"
+
+
+def test_the_trainjob_status_gate_gives_every_trainer_container_the_endpoint() -> None:
+    """trainjobstatus.go: the URL of the controller's status server for this TrainJob, and a
+    projected volume with the CA and a token whose audience is this TrainJob's status."""
+    plan = with_trainjob_status(trainjob_plan(_trainjob({"numNodes": 2})), "team")
+    audience = "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/tj/status"
+    for pod in plan.pods:
+        env = container_env(pod, "team", "198.51.100.7")
+        assert env["KUBEFLOW_TRAINER_SERVER_URL"] == (
+            f"https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443/apis/{audience}"
+        )
+        assert env["KUBEFLOW_TRAINER_SERVER_CA_CERT"] == "/var/run/secrets/kubeflow/trainer/ca.crt"
+        assert env["KUBEFLOW_TRAINER_SERVER_TOKEN"] == "/var/run/secrets/kubeflow/trainer/token"
+        (volume,) = [v for v in pod.volumes if v["name"] == "kubeflow-trainer-token"]
+        token, ca = volume["projected"]["sources"]
+        assert token["serviceAccountToken"]["audience"] == audience
+        assert ca["configMap"]["name"] == "tj-tls-config"
+        assert {"name": "kubeflow-trainer-token", "mountPath": "/var/run/secrets/kubeflow/trainer",
+                "readOnly": True} in pod.container["volumeMounts"]  # fmt: skip
+    assert "KUBEFLOW_TRAINER_SERVER_URL" not in trainjob_plan(_trainjob({})).pods[0].operator_env
 
 
 # ---- PyTorchJob (training-operator v1.9): ExitCode, backoffLimit ----------------------------

@@ -262,6 +262,10 @@ def env_rows() -> list[Row]:
             Row(f"env-rdzv-wait-{value}", ("launch",), BAD_INPUT, ("KUBEDDP_RDZV_WAIT_SECONDS",),
                 env=env)
         )  # fmt: skip
+    for value in ("0.1", "nan", "soon"):  # refused before any wait or process, Trainer or not
+        env = {**wait_env, "KUBEDDP_TRAINER_STATUS_SECONDS": value}
+        rows.append(Row(f"env-trainer-status-seconds-{value}", ("launch",), BAD_INPUT,
+                        ("KUBEDDP_TRAINER_STATUS_SECONDS", ">= 1"), env=env))  # fmt: skip
     return rows
 
 
@@ -287,7 +291,7 @@ def option_rows() -> list[Row]:
                         ("--interval",), api="ok", api_untouched=True))  # fmt: skip
     rows.append(Row("logs-tail-negative", ("logs", "demo", "--tail", "-1"), 2, ("--tail",),
                     api="ok", api_untouched=True))  # fmt: skip
-    for value in ("0", "nan", "1.5"):
+    for value in ("0", "nan", "0.5s", "30x"):  # durations of 1 s or more are taken
         rows.append(Row(f"request-timeout-{value}", ("status", "demo", "--request-timeout", value),
                         2, ("--request-timeout",), api="ok", api_untouched=True))  # fmt: skip
     rows.append(Row("worker-flag-after-dash", ("launch", "--", "--sett", "x"), 2, ("--sett",)))
@@ -460,19 +464,47 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
     "submit": ("submit", "-f", "{tmp}/cm.yaml", "--validate-against", "offline"),
     "validate": ("validate", "{tmp}/job.yaml", "--validate-against", "cluster"),
 }
-SLOW_MISBEHAVIOURS = ("hang", "hang-body", "drip")  # each costs the request timeout (1 s)
+# Every cluster command sends its requests through one transport (Cluster.request in
+# tools/kube.py): each misbehaviour of the connection or the answer's bytes meets it once, the
+# command taken in turn. What the answer must be (its kind and name) each command says for
+# itself: a JSON object of the wrong kind meets every command.
+TRANSPORT_ROWS = {  # misbehaviour: the command that meets it
+    "hang": "status",
+    "hang-body": "validate",
+    "html": "delete",
+    "500": "submit",
+    "502": "logs",
+    "reset": "status",
+    "close": "wait",
+    "json-list": "logs",
+    "json-bad": "validate",
+    "truncated": "wait",
+    "garbage": "delete",
+    "empty-object": "submit",
+    "deep": "status",
+    "drip": "status",
+}
+ANSWER_MISBEHAVIOUR = "wrong-kind"
+# What the line must say where the exit code alone would not show the fault: an answer that
+# drips in within each read's timeout is cut off at the request's, not waited for.
+API_MENTIONS = {"drip": ("not the whole answer in that time",)}
 
 
 def api_rows() -> list[Row]:
     job = {**PYTORCHJOB_KEY, "metadata": {"name": "p"}}  # validation asks for its CRD first
     files = {"cm.yaml": _text(yaml.safe_dump(CONFIG_MAP)), "job.yaml": _text(yaml.safe_dump(job))}
-    rows = []
-    for mode in fake_api.MISBEHAVIOURS:
-        commands = ("status", "validate") if mode in SLOW_MISBEHAVIOURS else API_COMMANDS
-        for command in commands:
-            rows.append(Row(f"api-{mode}-{command}", API_COMMANDS[command], CLUSTER_ERROR, (),
-                            files, api=mode))  # fmt: skip
-    return rows
+    pairs = [*TRANSPORT_ROWS.items(), *((ANSWER_MISBEHAVIOUR, c) for c in API_COMMANDS)]
+    return [
+        Row(
+            f"api-{mode}-{command}",
+            API_COMMANDS[command],
+            CLUSTER_ERROR,
+            API_MENTIONS.get(mode, ()),
+            files,
+            api=mode,
+        )
+        for mode, command in pairs
+    ]
 
 
 def all_rows() -> list[Row]:

@@ -1,7 +1,10 @@
 """A stand-in Kubernetes API server for the cluster commands: a real HTTP server on 127.0.0.1 in
 a thread of the test process. Routes map (method, path) to (status, body); every request is
-recorded. `misbehave` makes every answer go wrong the ways a broken cluster, a proxy or a
-wrong URL do: hang, HTML, a 500 page, a reset connection, JSON that is not an object.
+recorded; a route's body may be a `Streamed` answer (a followed log). `misbehave` makes every
+answer go wrong the ways a broken cluster, a proxy or a wrong URL do: hang, HTML, a 500 page,
+a reset connection, JSON that is not an object.
+With `admission` set (tests/helpers/admission.py), the POSTs of Trainer's kinds go through it:
+Trainer v2.3's TrainJob webhook, with its informer cache's lag.
 With `tls_folder` it serves HTTPS with a certificate for 127.0.0.1 made for the test (kubectl
 sends a kubeconfig's bearer token only over TLS)."""
 
@@ -12,6 +15,8 @@ import contextlib
 import datetime
 import ipaddress
 import json
+import queue
+import select
 import socket
 import ssl
 import struct
@@ -23,6 +28,8 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
+
+from tests.helpers import admission
 
 TOKEN = "contract-test-token"
 NAMESPACE = "team"
@@ -65,6 +72,24 @@ def status_body(code: int, reason: str, message: str, details: dict | None = Non
     }
 
 
+class Streamed:
+    """An answer written as it comes, like a followed pod log: what `put()` gets goes out at
+    once; `end()` ends the answer (the container ended). `ended` is set once the server has
+    stopped writing it (ended, or the reader closed the connection)."""
+
+    def __init__(self, first: str = "") -> None:
+        self.chunks: queue.Queue[bytes | None] = queue.Queue()
+        self.ended = threading.Event()
+        if first:
+            self.put(first)
+
+    def put(self, text: str | bytes) -> None:
+        self.chunks.put(text.encode() if isinstance(text, str) else text)
+
+    def end(self) -> None:
+        self.chunks.put(None)
+
+
 class FakeApiServer:
     """Routes (method, path) -> (status, body); records every request."""
 
@@ -72,6 +97,8 @@ class FakeApiServer:
         self.routes: dict[tuple[str, str], tuple[int, object]] = {}
         self.requests: list[dict] = []
         self.misbehaviour: str | None = None
+        # Trainer's objects, through its TrainJob webhook, when a test sets it
+        self.admission: admission.ApiObjects | None = None
         self.release = threading.Event()  # ends the hanging answers (at shutdown)
         fake = self
 
@@ -97,6 +124,8 @@ class FakeApiServer:
                 if fake.misbehaviour:
                     self._misbehave(fake.misbehaviour)
                     return
+                if fake.admission is not None and self._admitted(url, body_sent):
+                    return
                 status, body = fake.routes.get(
                     (self.command, url.path), (404, "404 page not found")
                 )
@@ -104,11 +133,31 @@ class FakeApiServer:
                     body = self._usual_answer(body_sent)
                 if callable(body):
                     body = body()
+                if isinstance(body, Streamed):
+                    self._stream(status, body)
+                    return
                 if isinstance(body, (dict, list)):
                     data, ctype = json.dumps(body).encode(), "application/json"
+                elif isinstance(body, bytes):  # as they are (a log's raw bytes)
+                    data, ctype = body, "text/plain"
                 else:
                     data, ctype = str(body).encode(), "text/plain"
                 self._answer(status, ctype, data)
+
+            def _admitted(self, url, body_sent: object) -> bool:
+                """A POST of a kind `admission` holds goes through it (Trainer's webhook)."""
+                if self.command != "POST" or not isinstance(body_sent, dict):
+                    return False
+                if body_sent.get("kind") not in admission.TRAINER_KINDS:
+                    return False
+                dry_run = dict(parse_qsl(url.query)).get("dryRun") == "All"
+                try:
+                    answer, status = fake.admission.create(body_sent, dry_run), 201
+                except admission.Refused as refused:
+                    answer = status_body(refused.code, refused.reason, refused.message)
+                    status = refused.code
+                self._answer(status, "application/json", json.dumps(answer).encode())
+                return True
 
             def _usual_answer(self, body_sent: object) -> object:
                 """POST: the object as created; DELETE: a Status of Success; GET: {}."""
@@ -124,6 +173,38 @@ class FakeApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, status: int, body: Streamed) -> None:
+                """Each chunk as it is put, until end() (no length: the close ends it)."""
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.flush()
+                while not fake.release.is_set():
+                    try:
+                        chunk = body.chunks.get(timeout=0.05)
+                    except queue.Empty:
+                        if self._reader_gone():
+                            break
+                        continue
+                    if chunk is None:
+                        break
+                    try:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                    except OSError:  # the reader went away (kubeddp closed the stream)
+                        break
+                body.ended.set()
+                self.close_connection = True
+
+            def _reader_gone(self) -> bool:
+                """The client closed the connection (it sends nothing more after a GET)."""
+                if not select.select([self.connection], [], [], 0)[0]:
+                    return False
+                try:
+                    return self.connection.recv(1) == b""
+                except (OSError, ValueError):
+                    return True
 
             def _misbehave(self, mode: str) -> None:
                 if mode == "hang":

@@ -3,8 +3,9 @@ that must never run in the launcher, addresses, ports and counts checked before 
 unwritable stdout, the program's own exit status, kubeddp's reserved env names and the names
 the API server refuses, config files that are not files, and user programs whose bad calls
 must not end them. The API's misbehaviours (`{}` to everything, a Pod for a PyTorchJob, an
-answer nested 100,000 deep, a dripping server) are rows of every cluster command through
-tests/helpers/fake_api.MISBEHAVIOURS.
+answer nested 100,000 deep, a dripping server) are rows of tests/helpers/bad_inputs.api_rows:
+each of tests/helpers/fake_api.MISBEHAVIOURS against one cluster command, and a Pod for
+whatever was asked against each.
 """
 
 from __future__ import annotations

@@ -41,3 +41,26 @@ def fill(directory: Path) -> Path:
         while f.write(chunk):
             pass
     return filler
+
+
+def with_own_tmp(argv: list[str], *, readonly: bool = False, full: bool = False) -> list[str]:
+    """`argv` run with a /tmp of its own: a 1 MiB tmpfs in a private mount namespace (the
+    host's /tmp is untouched), read-only or filled to the last byte."""
+    require_root("unshare", "mount", what="a test that gives a process its own /tmp")
+    options = "ro,size=1m" if readonly else "size=1m"
+    filler = "dd if=/dev/zero of=/tmp/filler bs=4k 2>/dev/null" if full else "true"
+    script = f'mount -t tmpfs -o {options} kddp-test /tmp || exit 90; {filler}; exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv]
+
+
+def alone(argv: list[str], own_tmp: bool = False) -> list[str]:
+    """`argv` with a network of its own (a private network namespace, its loopback up): a
+    program's fixed port cannot meet another test's. `own_tmp`: a tmpfs at /tmp in a private
+    mount namespace too, for a program that writes a fixed /tmp path (its working directory
+    must then not be under /tmp: a child that changes into it by name would not find it).
+    Nothing is left on the host. Root only."""
+    require_root("unshare", "mount", "ip", what="a test that runs a program on its own")
+    tmp = " && mount -t tmpfs -o size=256m kddp-test /tmp" if own_tmp else ""
+    script = f'ip link set lo up{tmp} && exec "$@"'
+    return ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", script,
+            "sh", *argv]  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from tests.helpers import bad_inputs, fake_api, procs
+from tests.helpers import bad_inputs, fake_api, mounts, procs
 
 pytestmark = pytest.mark.timeout(120)
 UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"
@@ -57,7 +57,7 @@ def test_bad_config_file(case, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(text))
     done = run_cli(tmp_path, ["train", "--nproc", "2", "--config", str(path)])
-    assert_one_error(done, 2, "kubeddp launch: error:", *mentions)
+    assert_one_error(done, 2, "kubeddp train: error:", *mentions)
 
 
 @pytest.mark.parametrize(
@@ -205,9 +205,7 @@ SUBPROCESS_ROWS += (
     "train-config-fifo",
     "script-config-trainer-key",
     "submit-file-empty",
-    "api-empty-object-status",
     "api-empty-object-submit",
-    "api-empty-object-delete",
     "api-wrong-kind-status",
     "api-deep-status",
     "api-drip-status",
@@ -265,7 +263,7 @@ def test_compile_on_without_a_compiler(tmp_path: Path) -> None:
     assert_one_error(
         done,
         2,
-        "kubeddp launch: error:",
+        "kubeddp train: error:",
         "train.compile=on needs a C++ compiler for inductor",
         "train.compile=off",
     )
@@ -295,3 +293,17 @@ def test_user_program_row(row_id: str, tmp_path: Path) -> None:
     assert len(said) >= 1, done.stderr
     last = [line for line in lines if line.startswith(("kubeddp", "[kubeddp]"))][-1]
     assert f"exit code {row.code} (" in last or row.code == exit_codes.BAD_INPUT, last
+
+
+@pytest.mark.parametrize(("state", "says"), [("read-only", "read-only filesystem"),
+                                             ("full", "is full (0 bytes")])  # fmt: skip
+def test_a_read_only_or_full_tmp_is_one_line(state: str, says: str, tmp_path: Path) -> None:
+    """Each worker met it on its own before: a traceback (1), SIGBUS (135) or an internal
+    error (4). Now launch says it once, before anything starts: fatal, as a retry on the same
+    mount would meet it again."""
+    argv = procs.kubeddp_argv("train", "--nproc", "2", "--set", "workload.name=regression")
+    own_tmp = mounts.with_own_tmp(argv, readonly=state == "read-only", full=state == "full")
+    done = procs.run(own_tmp, tmp_path / "train.log", timeout=90, env=procs.child_env())
+    line = assert_one_error(done, exit_codes.BAD_INPUT, "the scratch directory /tmp", says)
+    assert line.startswith("kubeddp train: error: ") and "mount a writable /tmp" in line
+    assert "rendezvous:" not in done.output, done.output

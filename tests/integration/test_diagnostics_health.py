@@ -38,6 +38,7 @@ def _train(tmp: Path, fault: str, rank: int, step: int, *sets: str, **args: obje
     return procs.run(argv, tmp / "run.log", 300)
 
 
+@pytest.mark.alone  # a rank slowed by another test could look twice as slow for the window
 @pytest.mark.parametrize(("rank", "named"), [(1, True), (-1, False)])
 def test_a_rank_twice_as_slow_is_named_a_straggler_and_none_in_a_healthy_run(
     tmp_path: Path, rank: int, named: bool

@@ -16,7 +16,8 @@ import pytest
 from kubeddp.trainer import constants, exit_codes
 from tests.helpers import faults, procs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+# alone: a healthy rank idle for STALL_SECONDS would be named too
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(400)]
 
 STALL_SECONDS = 3
 SCRIPT = procs.REPO / "tests" / "helpers" / "fault_script.py"

@@ -25,6 +25,7 @@ from tests.helpers import faults, procs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN_SECONDS = 200
+RDZV_WAIT_SECONDS = 20
 
 
 def free_port() -> int:
@@ -43,7 +44,8 @@ def pod_env(index: int, port: int) -> dict[str, str]:
         "KUBEDDP_MASTER_PORT": str(port),
         "KUBEDDP_NNODES": "2",
         "KUBEDDP_NPROC_PER_NODE": "1",
-        constants.ENV_RDZV_WAIT_SECONDS: "3",
+        # Long enough for both pods to start on a loaded machine (they start together here).
+        constants.ENV_RDZV_WAIT_SECONDS: str(RDZV_WAIT_SECONDS),
     })  # fmt: skip
 
 
@@ -77,7 +79,7 @@ def test_a_pod_started_after_its_run_finished_exits_0_at_once(tmp_path: Path) ->
     assert "this run already finished" in again.output
     assert "waiting up to" not in again.output and "done:" not in again.output
 
-    # Another config is another run: it waits for its peer (3 s here) as before.
+    # Another config is another run: it waits for its peer (RDZV_WAIT_SECONDS) as before.
     changed = launch_argv(checkpoints, "--set", "train.max_steps=6")
     other = procs.run(changed, tmp_path / "other.log", RUN_SECONDS, pod_env(1, port))
     assert other.code == exit_codes.RDZV_UNREACHABLE, other.output[-3000:]
@@ -103,3 +105,29 @@ def test_a_pod_lost_before_the_final_barrier_leaves_its_peer_retrying(tmp_path: 
     assert code0 >= exit_codes.RETRYABLE_FROM, out0[-3000:]
     assert "Traceback" not in out0 and "[kubeddp] finished" not in out0, out0[-3000:]
     assert not (checkpoints / RECORD_DIR / RECORD_NAME).exists()
+
+
+PROGRAM = "print('program says {word}', flush=True)\n"
+
+
+def test_an_edited_program_at_the_same_path_is_another_run(tmp_path: Path) -> None:
+    """A one-pod job of a user's script: started again after it finished, the pod exits 0 at
+    once; with the script edited (same path, same arguments, as a new image would bring it)
+    the pod runs it."""
+    checkpoints, script = tmp_path / "checkpoints", tmp_path / "train.py"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"checkpoint:\n  dir: {checkpoints}\nmetrics:\n  enabled: false\n")
+    script.write_text(PROGRAM.format(word="one"))
+    argv = procs.kubeddp_argv(
+        "launch", "--config", str(config), "--script", str(script), "--", "--epochs", "1"
+    )
+    env = {**pod_env(0, free_port()), "KUBEDDP_NNODES": "1"}
+    first = procs.run(argv, tmp_path / "first.log", RUN_SECONDS, env)
+    assert first.code == exit_codes.OK and "program says one" in first.output, first.output
+    again = procs.run(argv, tmp_path / "again.log", RUN_SECONDS, env)
+    assert again.code == exit_codes.OK and "this run already finished" in again.output
+    assert "program says" not in again.output, again.output
+    script.write_text(PROGRAM.format(word="two"))
+    edited = procs.run(argv, tmp_path / "edited.log", RUN_SECONDS, env)
+    assert edited.code == exit_codes.OK and "program says two" in edited.output, edited.output
+    assert "already finished" not in edited.output

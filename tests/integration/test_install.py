@@ -2,12 +2,19 @@
 - what each extra adds on disk, beyond torch, is at most what docs/install.md states;
 - with `[cli]`, `kubeddp render` and `validate` work offline through a helm binary on PATH;
   with `[cli,helm]` through the library and no binary; with neither, one line and exit 2;
-- with `[cli]` (no Kubernetes client), `kubeddp status` works through kubectl on PATH against
-  the fake API server; with neither kubectl nor the client, one line and exit 2;
+- every cluster command (status, logs, logs -f, wait, submit -f, render validating against the
+  cluster's CRD, delete) works against the fake API server: with `[cli]` through kubectl on
+  PATH, with `[cli,kube]` through the newest kubernetes client pip resolves and through the
+  oldest client and urllib3 the `kube` extra declares, with `[sdk]` (a client below 36) too;
+  with neither kubectl nor the client, one line and exit 2;
+- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs;
+- the metrics work with the newest prometheus-client within its bound and with its lower
+  bound (tests/helpers/metrics_probe.py);
 - `kubeddp --version` is the package version.
 
 The tests share one venv and run in file order: the `[cli]` ones first, then the ones that
-add an extra (`kube`, then `helm`) to it.
+add an extra (`kube`, then `helm`, `sdk`, `s3`) to it. Nothing uses a lock: pip resolves the
+newest releases the wheel's requirements allow, as a user's `pip install` does.
 
 torch is not installed (it is the trainer's dependency, 750 MiB, and the same for every extra):
 kubeddp goes in with --no-deps and its other requirements are installed from the wheel's
@@ -26,9 +33,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
+from packaging.version import Version
 
 from kubeddp.trainer import __version__
-from tests.helpers import fake_api, helm_cli
+from tests.helpers import fake_api, helm_cli, reference
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "install.md"
@@ -171,24 +180,58 @@ def _client_importable(venv: dict) -> bool:
     return found.returncode == 0
 
 
-def test_cli_status_works_through_kubectl(venv: dict, tmp_path: Path) -> None:
+NS = fake_api.NAMESPACE
+JOB_PATH = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/demo"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+# Each cluster command, as a user types it (render and submit validate by default: `auto`).
+CLUSTER_COMMANDS = (
+    ("status", "demo"),
+    ("logs", "demo", "--tail", "5"),
+    ("logs", "demo", "--follow"),
+    ("wait", "demo", "--timeout", "10s"),
+    ("submit", "-f", "cm.yaml"),
+    ("render", "pytorchjob", "--nodes", "2"),  # reads the PyTorchJob CRD from the cluster
+    ("delete", "demo"),
+)
+
+
+def _cluster(api: fake_api.FakeApiServer, tmp_path: Path) -> None:
+    """A finished PyTorchJob with one pod, its CRD, and what submit and delete send."""
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "demo"},
+           "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}  # fmt: skip
+    pod = {"metadata": {"name": "demo-worker-0", "uid": "u"}, "status": {"phase": "Succeeded"}}
+    api.route("GET", JOB_PATH, 200, job)
+    api.route("GET", f"/api/v1/namespaces/{NS}/pods", 200,
+              {"kind": "PodList", "apiVersion": "v1", "items": [pod]})  # fmt: skip
+    api.route("GET", f"/api/v1/namespaces/{NS}/pods/demo-worker-0/log", 200, "step 1\n")
+    api.route("DELETE", JOB_PATH, 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+    api.route("POST", f"/api/v1/namespaces/{NS}/configmaps", 201)
+    crd = reference.read_text(reference.CRDS / "kubeflow.org_pytorchjobs.v1.9.4.yaml")
+    api.route("GET", CRD_PATH, 200, yaml.safe_load(crd))
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump(config_map))
+
+
+def _run_cluster_commands(venv: dict, path: str, tmp_path: Path) -> None:
+    """Every cluster command through the venv's transport against the fake API server: each
+    ends 0, every request carries the kubeconfig's token, and render read the cluster's CRD."""
+    with fake_api.running(tmp_path) as api:  # HTTPS: kubectl sends the token only so
+        _cluster(api, tmp_path)
+        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", api.url, api.ca_pem)
+        for argv in CLUSTER_COMMANDS:
+            done = _kubeddp(venv, path, *argv, "--kubeconfig", str(kubeconfig), cwd=tmp_path)
+            assert done.returncode == 0, f"kubeddp {' '.join(argv)}: {done.stderr}"
+            if argv[0] == "logs":
+                assert done.stdout == "[demo-worker-0] step 1\n", done.stdout
+        assert all(r["authorization"] == f"Bearer {fake_api.TOKEN}" for r in api.requests)
+        assert CRD_PATH in [r["path"] for r in api.requests], "render did not read the CRD"
+
+
+def test_cli_cluster_commands_work_through_kubectl(venv: dict, tmp_path: Path) -> None:
     assert not _client_importable(venv), "the [cli] venv has the client: run in file order"
     kubectl = helm_cli.require(helm_cli.KUBECTL, "kubectl")
-    namespace = fake_api.NAMESPACE
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "demo"},
-           "status": {"conditions": [{"type": "Running", "status": "True"}]}}  # fmt: skip
-    pods = {"kind": "PodList", "apiVersion": "v1", "items": []}
-    with fake_api.running(tmp_path) as api:  # HTTPS: kubectl sends the token only so
-        api.route("GET", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/demo", 200, job)
-        api.route("GET", f"/api/v1/namespaces/{namespace}/pods", 200, pods)
-        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", api.url, api.ca_pem)
-        path = f"{kubectl.parent}:/usr/bin:/bin"
-        done = _kubeddp(venv, path, "status", "demo", "--kubeconfig", str(kubeconfig), cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert "Running" in done.stdout, done.stdout
-        assert api.requests and all(
-            r["authorization"] == f"Bearer {fake_api.TOKEN}" for r in api.requests
-        ), api.requests
+    helm = helm_cli.require(helm_cli.HELM_3, "helm")
+    _run_cluster_commands(venv, f"{kubectl.parent}:{helm.parent}:/usr/bin:/bin", tmp_path)
 
 
 def test_cli_without_kubectl_or_client_says_what_to_install(venv: dict, tmp_path: Path) -> None:
@@ -215,6 +258,83 @@ def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:
     assert _client_importable(venv)
 
 
+def _versions(venv: dict, *names: str) -> dict[str, str]:
+    python = str(venv["root"] / "bin" / "python")
+    code = (
+        "import sys; from importlib import metadata; "
+        "print(*(metadata.version(n) for n in sys.argv[1:]))"
+    )
+    done = subprocess.run([python, "-c", code, *names], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    return dict(zip(names, done.stdout.split(), strict=True))
+
+
+def _lower_bound(wheel: Path, extras: set[str], name: str) -> str:
+    """The version a requirement of the wheel's metadata starts at (`name>=X,...`)."""
+    (requirement,) = [r for r in _requirements(wheel, extras) if r.startswith(name)]
+    return re.search(r">=([\w.]+)", requirement).group(1)  # type: ignore[union-attr]
+
+
+def test_kube_extra_runs_the_cluster_commands_with_the_newest_client(
+    venv: dict, tmp_path: Path
+) -> None:
+    """What pip resolves for [cli,kube] today (kubernetes 37 changed ApiClient.call_api)."""
+    helm = helm_cli.require(helm_cli.HELM_3, "helm")
+    print(f"\nnewest resolved: {_versions(venv, 'kubernetes', 'urllib3')}")
+    _run_cluster_commands(venv, f"{helm.parent}:/usr/bin:/bin", tmp_path)
+
+
+def test_the_oldest_client_the_kube_extra_declares(venv: dict, tmp_path: Path) -> None:
+    helm = helm_cli.require(helm_cli.HELM_3, "helm")
+    oldest = {
+        name: _lower_bound(venv["wheel"], {"kube"}, name) for name in ("kubernetes", "urllib3")
+    }
+    pins = [f"{name}=={version}" for name, version in oldest.items()]
+    subprocess.run([*venv["pip"], *pins], check=True, timeout=600)
+    installed = _versions(venv, *oldest)
+    assert {n: Version(v) for n, v in installed.items()} == {
+        n: Version(v) for n, v in oldest.items()
+    }, installed
+    _run_cluster_commands(venv, f"{helm.parent}:/usr/bin:/bin", tmp_path)
+
+
 def test_helm_extra_renders_without_the_binary(venv: dict, tmp_path: Path) -> None:
     subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"helm"})], check=True, timeout=600)
     _render_and_validate(venv, "/usr/bin:/bin", tmp_path)
+
+
+def test_sdk_extra_validates_with_the_kubeflow_models(venv: dict, tmp_path: Path) -> None:
+    """[sdk] brings the Kubeflow SDK models (and, with kubeflow-training, a client below 36):
+    offline validation walks them, and the cluster commands still work with that client."""
+    newest = ["--upgrade", "--upgrade-strategy", "eager"]  # not the oldest client of above
+    subprocess.run([*venv["pip"], *newest, *_requirements(venv["wheel"], {"sdk"})], check=True,
+                   timeout=600)  # fmt: skip
+    print(f"\nsdk resolved: {_versions(venv, 'kubeflow-training', 'kubernetes')}")
+    _render_and_validate(venv, "/usr/bin:/bin", tmp_path)  # the helm extra renders
+    _run_cluster_commands(venv, "/usr/bin:/bin", tmp_path)
+
+
+def test_s3_extra_installs_its_client(venv: dict) -> None:
+    """[s3] resolves and imports; its checkpoints need torch, so they are tested in the dev
+    venv (tests/integration/test_checkpoint_s3_runs.py, newest boto3 there too)."""
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"s3"})], check=True,
+                   timeout=600)  # fmt: skip
+    print(f"\ns3 resolved: {_versions(venv, 'boto3')}")
+
+
+def test_metrics_with_the_newest_and_the_oldest_prometheus_client(
+    venv: dict, tmp_path: Path
+) -> None:
+    """prometheus-client's upper bound is what this runs: the newest release pip resolves
+    within it, then the lower bound. The metrics read its private histogram fields."""
+    python = str(venv["root"] / "bin" / "python")
+    probe = str(REPO / "tests" / "helpers" / "metrics_probe.py")
+    oldest = _lower_bound(venv["wheel"], set(), "prometheus-client")
+    for pin in ([], [f"prometheus-client=={oldest}"]):
+        if pin:
+            subprocess.run([*venv["pip"], *pin], check=True, timeout=600)
+        done = subprocess.run([python, probe], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=120)  # fmt: skip
+        assert done.returncode == 0 and done.stdout.startswith("ok "), done.stderr
+        print(f"\nmetrics probe: {done.stdout.strip()}")
+    assert Version(done.stdout.split()[1]) == Version(oldest), done.stdout

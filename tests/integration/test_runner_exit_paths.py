@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.config import load_config, resolved_config_env
+from kubeddp.trainer import exit_codes
+from kubeddp.trainer.config import load_config
+from kubeddp.trainer.process_contract import ENV_LAUNCHER_PID, resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE
 from tests.helpers import procs
 
@@ -64,7 +65,7 @@ def test_worker_stuck_in_native_code_is_ended_on_sigterm(tmp_path: Path, polls: 
     (tmp_path / "stuck.py").write_text(STUCK.format(poll=POLL if polls else ""))
     cfg = load_config(None, [f"checkpoint.preempt_grace_seconds={GRACE}"])
     env = procs.child_env(resolved_config_env(cfg))
-    env.pop(constants.ENV_LAUNCHER_PID, None)
+    env.pop(ENV_LAUNCHER_PID, None)
     argv = [sys.executable, "-m", RUNNER_MODULE, "script", str(tmp_path / "stuck.py")]
     with procs.started(argv, tmp_path / "stuck.log", env) as run:
         run.wait_for_output(r"^ready$", 60)
@@ -88,7 +89,7 @@ print("parent alive", flush=True)
 def test_sigterm_to_a_forked_child_does_not_end_the_program(tmp_path: Path) -> None:
     (tmp_path / "forks.py").write_text(FORKS)
     env = procs.child_env()
-    env.pop(constants.ENV_LAUNCHER_PID, None)
+    env.pop(ENV_LAUNCHER_PID, None)
     argv = [sys.executable, "-m", RUNNER_MODULE, "script", str(tmp_path / "forks.py")]
     done = procs.run(argv, tmp_path / "forks.log", 60, env)
     assert done.code == 0, done.output

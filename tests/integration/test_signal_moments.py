@@ -20,7 +20,8 @@ import pytest
 from kubeddp.trainer import constants, exit_codes
 from tests.helpers import procs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# alone: each moment is an offset of tenths of a second after a line the run prints
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(900)]
 PROGRAM = """import sys, time
 print("tiny started", flush=True)
 time.sleep(0.4)

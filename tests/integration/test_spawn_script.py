@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,38 @@ def test_flag_turns_detection_off(tmp_path: Path) -> None:
     )
     assert done.code == 0, done.stderr
     assert '"nproc_per_node": 2' in done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+HIDDEN_SPAWN = """\
+import datetime, os
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def main(rank, world):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", "{port}"
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=5))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    getattr(mp, "sp" + "awn")(main, args=(2,), nprocs=2)  # no reading can tell
+"""
+
+
+def test_a_spawn_reading_cannot_see_is_named_when_it_happens(tmp_path: Path) -> None:
+    """Run as one of 2 workers, each copy spawns 2 of its own on one port: the run fails, and
+    one line ahead of the failures names the cause (it ended in gloo tracebacks alone)."""
+    script = tmp_path / "hidden_spawn.py"
+    script.write_text(HIDDEN_SPAWN.replace("{port}", str(free_port())))
+    done = procs.run(procs.kubeddp_argv("train", "--nproc", "2", "--script", str(script)),
+                     tmp_path / "train.log", 180)  # fmt: skip
+    named = [line for line in done.output.splitlines()
+             if "starts a process before it calls init_process_group" in line]  # fmt: skip
+    assert len(named) == 1 and "--spawns-workers" in named[0], done.output[-3000:]
+    assert "one of 2 workers" in named[0]

@@ -98,3 +98,57 @@ def test_two_nodes_without_an_address_say_why(tmp_path: Path) -> None:
     assert done.code == exit_codes.BAD_INPUT
     lines = done.output.strip().splitlines()
     assert len(lines) == 1 and "needs the rendezvous host: --master-addr" in lines[0], lines
+
+
+PROBE = """\
+import sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+print(f"probe rank {dist.get_rank()} sum {total.item():g} args {sys.argv[1:]}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_pasted_torchrun_line_with_every_kind_of_option(tmp_path: Path) -> None:
+    """torchrun's logging and agent flags with torchrun's meaning; the program's own
+    `--log 5 --nproc 4` are its own; a `--` right after the program is the separator; nothing
+    warns."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    logs = tmp_path / "logs"
+    done = train(
+        tmp_path, "--nproc_per_node=2", "--tee", "3", "--log-dir", str(logs),
+        "--local-ranks-filter", "1", "--role", "probe", "--monitor-interval", "0.2",
+        "--rdzv-conf", "join_timeout=120", "--start-method", "spawn", "--run-path",
+        str(probe), "--", "--log", "5", "--nproc", "4",
+    )  # fmt: skip
+    shown = re.findall(r"^\[probe(\d)\]:probe rank (\d) sum 2 args (.*)$", done.output, re.M)
+    assert shown == [("1", "1", "['--log', '5', '--nproc', '4']")], done.output[-3000:]
+    teed = sorted(p.relative_to(logs).parts[-2:] for p in logs.rglob("stdout.log"))
+    assert teed == [("0", "stdout.log"), ("1", "stdout.log")], teed
+    zero = next(logs.rglob("0/stdout.log")).read_text()
+    assert "probe rank 0 sum 2 args ['--log', '5', '--nproc', '4']" in zero
+    assert "Warning" not in done.output, done.output[-3000:]
+
+
+def test_no_python_runs_the_program_as_it_is(tmp_path: Path) -> None:
+    program = tmp_path / "run.sh"
+    program.write_text('#!/bin/sh\necho "sh rank $RANK of $WORLD_SIZE: $*"\n')
+    program.chmod(0o755)
+    done = train(tmp_path, "--nproc_per_node=2", "--no-python", str(program), "a", "${local_rank}")
+    found = sorted(re.findall(r"^sh rank (\d) of 2: a (\d)$", done.output, re.M))
+    assert found == [("0", "0"), ("1", "1")], done.output[-3000:]
+
+
+def test_errors_carry_the_train_command_name(tmp_path: Path) -> None:
+    done = procs.run(
+        procs.kubeddp_argv("train", "--no-python", str(tmp_path / "missing.sh")),
+        tmp_path / "train.log", 60, cwd=procs.REPO,
+    )  # fmt: skip
+    assert done.code == exit_codes.BAD_INPUT
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kubeddp train: error: "), lines

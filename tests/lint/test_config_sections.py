@@ -17,9 +17,10 @@ HOME = "trainer/config.py"  # where Config is defined: its own functions take it
 ROOTS = {
     "trainer/worker/entry.py::run": "one training process: init, the Trainer, teardown",
     "trainer/worker/loop.py::Trainer.__init__": "builds the training components",
-    "trainer/launcher/launch.py::run_launch": "launch's composition: keeper, workdir, the pod",
-    "trainer/launcher/launch.py::_run_pod": "the pod's: retry budget, /metrics, stall watch, agent",
-    "trainer/launcher/launch.py::_run_as_torchrun_worker": "hands it to entry.run in process",
+    "trainer/launcher/pod.py::run_launch": "launch's composition: keeper, workdir, the pod",
+    "trainer/launcher/pod.py::_run_pod": "the pod's: retry budget, /metrics, stall watch, agent",
+    "trainer/launcher/pod.py::_run_as_torchrun_worker": "hands it to entry.run in process",
+    "trainer/process_contract.py::resolved_config_env": "hands the whole config to the workers",
 }
 
 

@@ -23,8 +23,8 @@ def run(rank, size):
 
 
 def init_process(rank, size, fn, backend="gloo"):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"  # pitfall(nodes=2): hardcoded-master
-    os.environ["MASTER_PORT"] = "29500"  # pitfall(nodes=2): hardcoded-master
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = "29500"
     dist.init_process_group(
         backend, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
     )
@@ -37,9 +37,7 @@ if __name__ == "__main__":
     processes = []
     mp.set_start_method("spawn")
     for rank in range(world_size):
-        p = mp.Process(  # pitfall(nodes=2): spawn-several-nodes
-            target=init_process, args=(rank, world_size, run)
-        )
+        p = mp.Process(target=init_process, args=(rank, world_size, run))
         p.start()
         processes.append(p)
     for p in processes:

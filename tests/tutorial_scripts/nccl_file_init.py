@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 def main():
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group(  # pitfall: file-init
+    dist.init_process_group(
         "nccl",
         init_method="file:///mnt/shared/ddp_init",
         rank=rank,
@@ -18,7 +18,7 @@ def main():
     )
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     value = torch.tensor([float(rank)])
-    dist.all_reduce(value)  # pitfall: nccl-cpu-tensor
+    dist.all_reduce(value)
     ready = torch.ones(1, device="cuda")
     dist.all_reduce(ready)
     moved = torch.zeros(2)

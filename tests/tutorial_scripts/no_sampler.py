@@ -24,7 +24,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=2))
     data = torch.randn(2048, 8)
     dataset = TensorDataset(data, (data[:, 0] > 0).float().unsqueeze(1))
-    loader = DataLoader(dataset, batch_size=32, shuffle=True)  # pitfall: no-distributed-sampler
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
     model = DDP(SimpleModel(8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_func = nn.BCELoss()
@@ -34,7 +34,7 @@ def main():
             loss_func(model(x), y).backward()
             optimizer.step()
         state = model.module.state_dict()
-        torch.save(state, f"e{epoch}.pt")  # pitfall: save-every-rank, relative-snapshot
+        torch.save(state, f"e{epoch}.pt")
     print(f"worker {local_rank} done")
     dist.destroy_process_group()
 

@@ -11,7 +11,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 def main():
-    os.environ["MASTER_PORT"] = "29500"  # pitfall: hardcoded-master
+    os.environ["MASTER_PORT"] = "29500"
     init_process_group(backend="gloo", timeout=datetime.timedelta(minutes=10))
     inputs = torch.randn(300, 6)
     dataset = TensorDataset(inputs, inputs.sum(1, keepdim=True))
@@ -27,7 +27,9 @@ def main():
             optimizer.step()
         if get_rank() == 0:
             snapshot = {"MODEL_STATE": model.module.state_dict(), "EPOCHS_RUN": epoch + 1}
-            torch.save(snapshot, "/tmp/snapshot.pt")  # pitfall: snapshot-outside-volume
+            torch.save(snapshot, "/tmp/snapshot.pt")
+    if get_rank() == 0:
+        print("done: 5 epochs", flush=True)
     destroy_process_group()
 
 

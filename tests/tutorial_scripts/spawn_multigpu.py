@@ -21,8 +21,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 def ddp_setup(rank: int, world_size: int) -> torch.device:
-    os.environ["MASTER_ADDR"] = "localhost"  # pitfall(nodes=2): hardcoded-master
-    os.environ["MASTER_PORT"] = "12355"  # pitfall(nodes=2): hardcoded-master
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     init_process_group(
         backend=backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=5)
@@ -124,7 +124,7 @@ if __name__ == "__main__":
     parser.add_argument("--snapshot", default="/checkpoints/snapshot.pt")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds after each batch")
     args = parser.parse_args()
-    mp.spawn(  # pitfall(nodes=2): spawn-several-nodes
+    mp.spawn(
         main,
         args=(
             args.world_size,

@@ -1,4 +1,6 @@
-"""A torchrun-era script that keeps a fixed tcp:// rendezvous from its multi-machine days."""
+"""A torchrun-era script that meets at a fixed tcp:// address, as the init-methods tutorial
+teaches (`tcp://10.1.1.20:23456`, "the address of one of the machines": on one machine, its
+loopback). Its rank 0 serves that store itself."""
 
 import os
 
@@ -11,8 +13,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 def setup():
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group(  # pitfall: tcp-init, init-no-timeout
-        backend="gloo", init_method="tcp://10.1.1.20:23456", rank=rank, world_size=world_size
+    dist.init_process_group(
+        backend="gloo", init_method="tcp://127.0.0.1:23456", rank=rank, world_size=world_size
     )
     return rank
 

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-SNAPSHOT_DIR = os.environ.get("SNAPSHOT_DIR", "/checkpoints")
+SNAPSHOT_PATH = "snapshot.pt"  # relative, as the tutorial: kubeddp's pods run it in /checkpoints
 
 
 def ddp_setup():
@@ -69,9 +69,7 @@ def main(total_epochs, save_every, batch_size):
     loader = DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset))
     model = torch.nn.Linear(20, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    trainer = Trainer(
-        model, loader, optimizer, save_every, os.path.join(SNAPSHOT_DIR, "snapshot.pt")
-    )
+    trainer = Trainer(model, loader, optimizer, save_every, SNAPSHOT_PATH)
     trainer.train(total_epochs)
     destroy_process_group()
 

@@ -17,9 +17,16 @@ from pathlib import Path
 import pytest
 
 from kubeddp.tools.cli import main
-from kubeddp.trainer.launcher import launch
+from kubeddp.trainer.launcher import pod
 from tests.helpers import fake_api
-from tests.helpers.bad_inputs import Row, all_rows, error_lines
+from tests.helpers.bad_inputs import (
+    ANSWER_MISBEHAVIOUR,
+    API_COMMANDS,
+    TRANSPORT_ROWS,
+    Row,
+    all_rows,
+    error_lines,
+)
 
 pytestmark = pytest.mark.timeout(60)
 ROWS = [row for row in all_rows() if not row.training]  # training runs: as processes only
@@ -53,8 +60,8 @@ def run_row(row: Row, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, st
     monkeypatch.setenv("KUBEDDP_DRY_RUN_GPUS", "0")
     for name, value in row.env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(launch, "run_agent", _never_started)
-    monkeypatch.setattr(launch, "start_for_launch", _never_started)
+    monkeypatch.setattr(pod, "run_agent", _never_started)
+    monkeypatch.setattr(pod, "start_for_launch", _never_started)
     write_files(row, tmp_path)
     if row.in_tmp:
         monkeypatch.chdir(tmp_path)
@@ -119,6 +126,13 @@ def check_row(row: Row, code: int, out: str, err: str, requests: list) -> None:
 
 def test_the_table_is_large() -> None:
     assert len(ROWS) > 300, len(ROWS)
+
+
+def test_each_misbehaviour_meets_a_command_and_each_command_a_misbehaviour() -> None:
+    """A new misbehaviour of tests/helpers/fake_api.py (or a new cluster command) needs its row
+    in tests/helpers/bad_inputs.TRANSPORT_ROWS."""
+    assert sorted([*TRANSPORT_ROWS, ANSWER_MISBEHAVIOUR]) == sorted(fake_api.MISBEHAVIOURS)
+    assert sorted(set(TRANSPORT_ROWS.values())) == sorted(API_COMMANDS)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])

@@ -1,15 +1,17 @@
 """The GPU bench's bookkeeping, on made-up step times: arm order, steady-state windows, the
-time budget, ratios, compile time and the table. (tests/unit/test_bench_smoke.py runs it.)"""
+time budget, ratios, compile time and the table; its FLOP count and matmul peak.
+(tests/integration/test_bench_smoke.py runs it on a tiny size.)"""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
-from kubeddp.trainer.workloads.charlm import TRAIN_FRACTION, VOCAB_SIZE
+from kubeddp.trainer.workloads.charlm import TRAIN_FRACTION, VOCAB_SIZE, CharGPT
 from tests.bench import gpu
-from tests.bench.gpu_flops import charlm_train_flops_per_token
+from tests.bench.gpu_flops import charlm_train_flops_per_token, measure_matmul_peak
 from tests.bench.gpu_report import GpuReport
 from tests.bench.gpu_runs import (
     HAND,
@@ -154,3 +156,19 @@ def test_report_ratios_mfu_compile_time_and_table() -> None:
     data = report.to_dict()
     assert [a["status"] for a in data["arms"]] == ["ok"] * 4 + [SKIPPED_BUDGET]
     assert math.isclose(data["arms"][3]["compile_seconds"], expected)
+
+
+def test_flops_formula_counts_every_matmul_weight_of_the_real_model() -> None:
+    n_layer, n_embd, seq_len = 2, 64, 32
+    model = CharGPT(VOCAB_SIZE, seq_len, n_layer, 4, n_embd, 0.0)
+    linear_weights = sum(
+        m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    attention = 4 * n_layer * seq_len * n_embd  # scores + weighted sum, forward, per token
+    expected = 3 * (2 * linear_weights + attention)
+    assert charlm_train_flops_per_token(n_layer, n_embd, seq_len, VOCAB_SIZE) == expected
+
+
+def test_matmul_peak_runs_on_cpu() -> None:
+    peak = measure_matmul_peak(torch.device("cpu"), torch.float32, n=64, iters=2)
+    assert math.isfinite(peak) and peak > 0

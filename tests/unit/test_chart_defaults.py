@@ -153,7 +153,7 @@ def test_chart_constants_are_the_python_names() -> None:
     assert kinds["TrainJob"]["rendezvousPort"] == C.TRAINJOB_PORT == 29500
     assert kinds["TrainJob"]["declaresPorts"] is False  # runtimePatches cannot add ports
     assert kinds["IndexedJob"]["container"] == "trainer"
-    assert kinds["IndexedJob"]["nnodesEnv"] == C.ENV_INDEXEDJOB_NNODES
+    assert kinds["IndexedJob"]["nnodesEnv"] == C.ENV_NNODES
     assert (constants["metricsPort"], constants["metricsPortName"]) == (C.METRICS_PORT, "metrics")
     assert constants["configFile"] == C.CONFIG_FILE == f"{N.CONFIG_DIR}/{N.CONFIG_KEY}"
     assert constants["checkpointDir"] == C.CHECKPOINT_DIR

@@ -76,7 +76,7 @@ def worker_command(container: dict) -> tuple[str, list[str], list[str]]:
         if option in args:  # trainer.script/module: the user's program gets what follows --
             program = Program(mode, args[args.index(option) + 1], tuple(after_dash))
             return RUNNER_MODULE, torchrun_worker_args(program), program.runner_args()
-    return WORKER_MODULE, after_dash, ["--config", "/etc/kubeddp/config.yaml"]
+    return WORKER_MODULE, [], []  # the config reaches the workers in their environment
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)

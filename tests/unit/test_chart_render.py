@@ -25,11 +25,10 @@ from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION
 from kubeddp.tools.kinds import KINDS
 from kubeddp.tools.validate import validate_documents
 from tests.helpers import reference
+from tests.helpers.chart import CHART, CI_FILES, NAMESPACE, RELEASE, chart, ci_values, render
 from tests.helpers.render import render_job
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "kubeddp"
-CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
 CRDS = reference.CRDS
 CRD_FILES = {
     "kubeflow.org/v1/PyTorchJob": ("kubeflow.org_pytorchjobs.v1.9.4.yaml", "v1"),
@@ -38,30 +37,8 @@ CRD_FILES = {
         "v1alpha1",
     ),
 }
-RELEASE = "demo"
-NAMESPACE = "ml"
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@functools.cache
-def chart() -> helm.Chart:
-    return helm.Chart.load(CHART)
-
-
-def ci_values(path: Path) -> dict[str, Any]:
-    return helm.values_from_yaml(path.read_text())  # what `helm -f FILE` reads
-
-
-def render(values: dict[str, Any]) -> list[dict]:
-    """The release's objects (NOTES.txt and empty templates dropped), hooks included."""
-    rendered = chart().render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        docs += [doc for doc in yaml.safe_load_all(text) if doc]
-    return docs
 
 
 @functools.cache
@@ -255,8 +232,13 @@ def comparable(doc: dict) -> dict:
 
 
 def helm_job_objects(values: dict[str, Any]) -> list[dict]:
-    """What `helm install` creates for the job (hooks such as the `helm test` Pod aside)."""
-    docs = [d for d in render(values) if "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    """What `helm install` creates for the job: its objects and its pre-install hook (the
+    TrainingRuntime), not the `helm test` Pod."""
+    docs = [
+        d
+        for d in render(values)
+        if d["metadata"].get("annotations", {}).get("helm.sh/hook") != "test"
+    ]
     return sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 

@@ -13,7 +13,7 @@ import torch
 
 from kubeddp.trainer.worker import checkpoint as ckpt
 from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
-from tests.helpers import s3server
+from tests.helpers import s3_faults, s3server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -140,3 +140,37 @@ def test_local_paths_still_mean_a_directory(tmp_path: Path) -> None:
     assert ckpt.storage_for(tmp_path).location == str(tmp_path)
     with pytest.raises(ckpt.CheckpointError, match="checkpoint.dir is empty"):
         ckpt.storage_for("")
+
+
+def test_an_endpoint_that_answers_with_a_web_page_is_refused_in_one_line(
+    s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A console's port answers 200 to everything: without reading back what it wrote, every
+    save would "succeed" and the run end 0 with no checkpoint anywhere."""
+    with s3_faults.started(tmp_path, "html") as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        storage = ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
+        with pytest.raises(ckpt.CheckpointError, match="with an HTML page instead") as err:
+            storage.prepare()
+        assert "\n" not in str(err.value) and not isinstance(err.value, ckpt.StorageUnreachable)
+
+
+def test_throttling_is_retried_with_back_off_then_retryable(
+    s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"s3://{s3server.BUCKET}/throttled"
+    with s3_faults.started(tmp_path, "throttle", "4", s3env.endpoint) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        storage = ckpt.storage_for(url)
+        assert storage.prepare() is None  # 4 x 503 SlowDown, then through
+        assert [r.step for r in storage.list()] == []
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    with s3_faults.started(tmp_path, "throttle", "-1", s3env.endpoint) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        storage = ckpt.storage_for(url)
+        with pytest.raises(
+            ckpt.StorageUnreachable, match=r"throttled or unavailable \(503\) 3 times with back-off"
+        ):
+            storage.prepare()
+        with pytest.raises(ckpt.StorageUnreachable, match="cannot write checkpoint"):
+            storage.write(5, {"state.pt": lambda f: f.write(b"x")})

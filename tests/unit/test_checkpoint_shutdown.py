@@ -13,7 +13,8 @@ from kubeddp.trainer.launcher.agent import (
     shutdown_timeout_env,
     torchrun_args,
 )
-from kubeddp.trainer.launcher.launch import config_options, launch_parser
+from kubeddp.trainer.launcher.launch import launch_parser
+from kubeddp.trainer.launcher.launch_plan import config_options
 from kubeddp.trainer.launcher.rendezvous import plan_from_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,8 +28,7 @@ def _launch_config(*argv: str) -> Config:
     """The config `kubeddp launch ARGV` loads (its own options and those after --)."""
     dash = argv.index("--") if "--" in argv else len(argv)
     own = launch_parser().parse_args(argv[:dash])
-    options, _ = config_options(own, list(argv[dash + 1 :]))
-    return load_config_options(options, env={})
+    return load_config_options(config_options(own, list(argv[dash + 1 :])), env={})
 
 
 def test_grace_comes_from_the_launch_config() -> None:

@@ -12,25 +12,29 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubeddp.tools.cli import main
 from kubeddp.trainer.exit_codes import CLUSTER_ERROR
 from tests.helpers import fake_api, reference
+from tests.helpers.cluster_commands import (
+    CLAIMS,
+    CONFIGMAPS,
+    CRD_PATH,
+    CRDS,
+    DEPLOYMENTS,
+    NS,
+    PODS,
+    PODS_LIST,
+    PYTORCHJOB_KEY,
+    PYTORCHJOB_STATUS,
+    PYTORCHJOBS,
+    RUNTIMES,
+    SERVICES,
+    STORAGE_CLASSES,
+    TRAINJOBS,
+    run,
+)
 from tests.helpers.fake_api import TOKEN, status_body
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = reference.CRDS
-NS = fake_api.NAMESPACE
-PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
-TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
-RUNTIMES = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainingruntimes"
-CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
-CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"  # checkpoints: a claim by default
-PODS = f"/api/v1/namespaces/{NS}/pods"
-SERVICES = f"/api/v1/namespaces/{NS}/services"
-DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"  # the checkpoint keeper (2+ pods)
-STORAGE_CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -40,15 +44,6 @@ def api(tmp_path, monkeypatch):
         kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         yield server
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):
@@ -234,39 +229,6 @@ def test_submit_refuses_an_invalid_file_before_sending(api, tmp_path, capsys):
     assert api.requests == []
 
 
-PYTORCHJOB_KEY = {
-    "apiVersion": "kubeflow.org/v1",
-    "kind": "PyTorchJob",
-    "metadata": {"name": "demo"},
-}
-PYTORCHJOB_STATUS = {
-    **PYTORCHJOB_KEY,
-    "status": {
-        "conditions": [
-            {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "ok"},
-            {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"},
-        ],
-        "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1, "failed": 0}},
-    },
-}
-PODS_LIST = {
-    "kind": "PodList",
-    "apiVersion": "v1",
-    "items": [
-        {
-            "metadata": {"name": "demo-master-0"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 0}]},
-        },
-        {
-            "metadata": {"name": "demo-worker-0"},
-            "spec": {"nodeName": "n2"},
-            "status": {"phase": "Running", "containerStatuses": [{"restartCount": 2}]},
-        },
-    ],
-}
-
-
 def test_status_prints_conditions_replicas_and_restarts(api, capsys):
     api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route("GET", PODS, 200, PODS_LIST)
@@ -295,6 +257,7 @@ def test_status_as_json_or_yaml(api, capsys, output):
     assert "Worker: active=1, failed=0" in report["replicas"]
     pod = report["pods"][1]
     assert isinstance(pod.pop("health"), list)  # read from the pod's log (none routed here)
+    assert pod.pop("metrics") == []  # and its /metrics (none routed either)
     assert pod == {
         "name": "demo-worker-0", "phase": "Running", "restarts": 2, "node": "n2", "ends": [],
     }  # fmt: skip
@@ -312,8 +275,11 @@ def test_status_of_a_missing_job(api, capsys):
             {"name": "nope", "group": "kubeflow.org", "kind": "pytorchjobs"},
         ),
     )
-    code, _, err = run(["status", "nope"], capsys)
+    code, _, err = run(["status", "nope", "--kind", "pytorchjob"], capsys)
     assert code == CLUSTER_ERROR and "'nope' not found in namespace 'team'" in err
+    code, _, err = run(["status", "nope"], capsys)  # no job of any kind by that name
+    assert code == CLUSTER_ERROR, err
+    assert "no job named 'nope' in namespace 'team' (looked for a PyTorchJob, TrainJob, Job)" in err
 
 
 @pytest.mark.parametrize(("condition", "exit_code"), [("Succeeded", 0), ("Failed", 1)])
@@ -356,12 +322,13 @@ def test_wait_for_trainjob_uses_complete_condition(api, capsys):
 
 
 def test_logs_per_replica_with_container_and_prefix(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route("GET", PODS, 200, {**PODS_LIST, "items": PODS_LIST["items"][1:]})
     api.route("GET", f"{PODS}/demo-worker-0/log", 200, "step 1\nstep 2\n")
     code, out, err = run(["logs", "demo", "--replica", "Worker", "--tail", "50"], capsys)
     assert code == 0, err
     assert out.splitlines() == ["[demo-worker-0] step 1", "[demo-worker-0] step 2"]
-    list_call, log_call = api.calls("GET")
+    list_call, log_call = [c for c in api.calls("GET") if c["path"].startswith(PODS)]
     assert list_call["query"]["labelSelector"] == (
         "training.kubeflow.org/job-name=demo,training.kubeflow.org/replica-type=worker"
     )
@@ -369,6 +336,8 @@ def test_logs_per_replica_with_container_and_prefix(api, capsys):
 
 
 def test_logs_follow_streams_every_pod(api, capsys):
+    ended = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, {**PYTORCHJOB_KEY, "status": ended})
     api.route("GET", PODS, 200, PODS_LIST)
     for pod in ("demo-master-0", "demo-worker-0"):
         api.route("GET", f"{PODS}/{pod}/log", 200, f"hello from {pod}\n")
@@ -378,17 +347,21 @@ def test_logs_follow_streams_every_pod(api, capsys):
         "[demo-master-0] hello from demo-master-0",
         "[demo-worker-0] hello from demo-worker-0",
     ]
-    assert all(c["query"].get("follow") == "true" for c in api.calls("GET")[1:])
+    logs = [c for c in api.calls("GET") if c["path"].endswith("/log")]
+    assert len(logs) == 2 and all(c["query"].get("follow") == "true" for c in logs)
 
 
 def test_logs_without_pods_says_so(api, capsys):
-    api.route("GET", PODS, 200, {**PODS_LIST, "items": []})
+    other = PYTORCHJOBS.replace(f"/{NS}/", "/other/")
+    api.route("GET", f"{other}/demo", 200, PYTORCHJOB_STATUS)
+    api.route("GET", "/api/v1/namespaces/other/pods", 200, {**PODS_LIST, "items": []})
     code, _, err = run(["logs", "demo", "-n", "other"], capsys)
     assert code == CLUSTER_ERROR and "no pods" in err
-    assert api.calls("GET")[0]["path"] == "/api/v1/namespaces/other/pods"
+    assert api.calls("GET")[-1]["path"] == "/api/v1/namespaces/other/pods"
 
 
 def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)  # its kind, found by name
     api.route(
         "DELETE",
         f"{PYTORCHJOBS}/demo",
@@ -414,6 +387,7 @@ def test_delete_removes_job_and_companions_and_ignores_missing(api, capsys):
 def test_delete_removes_the_service_account_render_made_for_the_job(api, capsys):
     """--create-service-account may name the account anything; delete finds it by its labels."""
     accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route(
         "DELETE",
         f"{PYTORCHJOBS}/demo",
@@ -436,6 +410,7 @@ def test_delete_removes_the_service_account_render_made_for_the_job(api, capsys)
 def test_delete_forbidden_to_list_service_accounts_says_so(api, capsys):
     """A Role from before serviceaccounts were granted: the job is gone, the line says the fix."""
     accounts = f"/api/v1/namespaces/{NS}/serviceaccounts"
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route(
         "DELETE",
         f"{PYTORCHJOBS}/demo",
@@ -450,6 +425,7 @@ def test_delete_forbidden_to_list_service_accounts_says_so(api, capsys):
 
 
 def test_delete_forbidden(api, capsys):
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, status_body(403, "Forbidden", "no"))
     code, _, err = run(["delete", "demo"], capsys)
     assert (

@@ -53,6 +53,22 @@ def test_every_command_is_in_the_table() -> None:
     assert "--gpus-per-node" in table["render"]
 
 
+def test_train_completes_what_its_parser_takes_without_importing_torch() -> None:
+    """Every option of `kubeddp train` (torchrun's read from its source), and a completion
+    script made without torch: a shell may make it at every start."""
+    from kubeddp.trainer.launcher.launch import train_parser
+
+    table = completion.commands(build_parser())
+    assert table["train"] == sorted({o for a in train_parser()._actions for o in a.option_strings})
+    probe = (
+        "import sys\nfrom kubeddp.tools.cli import main\nmain(['completion', 'bash'])\n"
+        "assert 'torch' not in sys.modules, 'completion imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "--local-ranks-filter" in done.stdout, done.stderr
+
+
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
 def test_other_shells_parse_their_script(shell: str, tmp_path) -> None:
     done = kubeddp("completion", shell)

@@ -74,6 +74,12 @@ ERRORS = {
     "bad enum": ("", ["train.optimizer=rmsprop"], ["'rmsprop'", "adamw, sgd"]),
     "bad backend": ("ddp:\n  backend: mpi\n", [], ["'ddp.backend'", "'mpi'", "gloo"]),
     "zero batch": ("", ["train.batch_size=0"], ["'train.batch_size'", ">= 1"]),
+    # a stall watch that reads every healthy step as a stall ends every run with 203
+    "stall below the floor": (
+        "",
+        ["diagnostics.stall_seconds=1e-9"],
+        ["'diagnostics.stall_seconds'", ">= 1"],
+    ),
     "heads do not divide": ("", ["workload.n_head=3"], ["workload.n_embd", "workload.n_head"]),
     "custom without factories": ("", ["workload.name=custom"], ["workload.model", "pkg.module"]),
     "set without =": ("", ["train.lr"], ["'train.lr'", "section.key=value"]),

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from tests.helpers import fake_api
-from tests.unit.test_cluster_contract import PODS, PODS_LIST, PYTORCHJOB_STATUS, PYTORCHJOBS, run
+from tests.helpers.cluster_commands import PODS, PODS_LIST, PYTORCHJOB_STATUS, PYTORCHJOBS, run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,6 +62,7 @@ def test_diagnose_prints_the_reports_and_the_termination_message(api, capsys):
     pods["items"][0]["status"]["containerStatuses"][0]["lastState"] = {
         "terminated": {"exitCode": 203, "message": "[kubeddp] stall: rank 0 (pod m) has been in x"}
     }
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, PYTORCHJOB_STATUS)
     api.route("GET", PODS, 200, pods)
     api.route("GET", f"{PODS}/demo-master-0/log", 200, MASTER_LOG)
     api.route("GET", f"{PODS}/demo-worker-0/log", 200, WORKER_LOG)
@@ -73,9 +74,9 @@ def test_diagnose_prints_the_reports_and_the_termination_message(api, capsys):
 
 
 def test_diagnose_without_a_report_says_where_reports_stay(api, capsys):
-    api.route("GET", PODS, 200, PODS_LIST)
+    api.route("GET", PODS, 200, PODS_LIST)  # --kind given: the job itself is not read
     api.route("GET", f"{PODS}/demo-master-0/log", 200, MASTER_LOG)
     api.route("GET", f"{PODS}/demo-worker-0/log", 200, "")
-    code, out, _ = run(["diagnose", "demo"], capsys)
+    code, out, _ = run(["diagnose", "demo", "--kind", "pytorchjob"], capsys)
     assert code == 1
     assert "no stall report" in out and "diagnostics.report_dir" in out

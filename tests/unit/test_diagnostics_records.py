@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import load_config
 from kubeddp.trainer.launcher import stall_report
 from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
+from kubeddp.trainer.launcher.stall_report import flight_recorder_summary
 from kubeddp.trainer.launcher.stall_watch import StallWatch
-from kubeddp.trainer.worker import heartbeat
-from kubeddp.trainer.worker.heartbeat import PHASE_CODE, Heartbeat, read_record, record_path
-from tests.unit.test_metrics_readme import documented_tables
+from kubeddp.trainer.process_contract import PHASE_CODE, read_record, record_path
+from kubeddp.trainer.worker.heartbeat import Heartbeat
+from tests.helpers.metrics import documented_tables
 
 
 def _beat(directory: Path, rank: int) -> Heartbeat:
@@ -31,7 +33,7 @@ def _beat(directory: Path, rank: int) -> Heartbeat:
 def test_a_record_reads_back_what_the_rank_wrote(tmp_path: Path) -> None:
     hb = _beat(tmp_path, 2)
     try:
-        hb.collective_start(heartbeat.COLLECTIVES.index("all_reduce"))
+        hb.collective_start(process_contract.COLLECTIVES.index("all_reduce"))
         hb.nonfinite(3, "gradient norm")
         hb.straggler(2.5)
         r = read_record(record_path(tmp_path, 2))
@@ -39,7 +41,7 @@ def test_a_record_reads_back_what_the_rank_wrote(tmp_path: Path) -> None:
         assert (r.rank, r.pid, r.step, r.phase) == (2, os.getpid(), 3, "data")
         assert r.main_thread == threading.main_thread().ident
         assert r.in_collective and r.collective_op == "all_reduce"
-        assert r.op_counts[heartbeat.COLLECTIVES.index("all_reduce")] == 1
+        assert r.op_counts[process_contract.COLLECTIVES.index("all_reduce")] == 1
         assert (r.nonfinite_step, r.nonfinite_what) == (3, "gradient norm")
         assert r.busy_seconds == 0.5 and r.straggler_ratio == 2.5
     finally:
@@ -49,7 +51,7 @@ def test_a_record_reads_back_what_the_rank_wrote(tmp_path: Path) -> None:
 
 def test_a_short_or_foreign_file_is_not_a_record(tmp_path: Path) -> None:
     (tmp_path / "rank-0.hb").write_bytes(b"KDHB")
-    (tmp_path / "rank-1.hb").write_bytes(bytes(heartbeat.RECORD_SIZE))
+    (tmp_path / "rank-1.hb").write_bytes(bytes(process_contract.RECORD_SIZE))
     assert read_record(tmp_path / "rank-0.hb") is None
     assert read_record(tmp_path / "rank-1.hb") is None
     assert read_record(tmp_path / "rank-9.hb") is None
@@ -90,7 +92,9 @@ def test_same_total_but_one_all_reduce_fewer_names_that_rank(tmp_path: Path) -> 
             for _ in range(4):
                 hb.collective_start(0)
                 hb.collective_end(0)
-            hb.collective_start(heartbeat.COLLECTIVES.index("barrier" if r == 2 else "all_reduce"))
+            hb.collective_start(
+                process_contract.COLLECTIVES.index("barrier" if r == 2 else "all_reduce")
+            )
         states = [
             stall_report.RankState(read_record(record_path(tmp_path, r)), 20.0, "")
             for r in range(3)
@@ -186,9 +190,7 @@ def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
     import sys
     import time
 
-    from kubeddp.trainer.worker import flight_recorder
-
-    env = {**os.environ, flight_recorder.ENV_BUFFER: "100"}
+    env = {**os.environ, process_contract.ENV_FR_BUFFER: "100"}
     script = FR_WORKER.replace("tcp://127.0.0.1:0?", "env://")
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     proc = subprocess.Popen(
@@ -198,18 +200,18 @@ def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 30
         # the responder thread opens its FIFO a moment after "ready"
-        while not flight_recorder.request(tmp_path, 0):
+        while not process_contract.request_flight_recorder(tmp_path, 0):
             assert time.monotonic() < deadline, "the rank never listened"
             time.sleep(0.05)
-        dump = flight_recorder.dump_path(tmp_path, 0)
+        dump = process_contract.fr_dump_path(tmp_path, 0)
         while not dump.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        line = flight_recorder.summary(dump.read_text())
+        line = flight_recorder_summary(dump.read_text())
     finally:
         proc.kill()
         proc.wait(10)
     assert line == "flight recorder: default_pg (0): all_reduce #3 (finished)", line
-    assert not flight_recorder.request(tmp_path, 1)  # nobody listens there
+    assert not process_contract.request_flight_recorder(tmp_path, 1)  # nobody listens there
 
 
 def _free_port() -> int:

@@ -33,3 +33,19 @@ def test_zero_interval_is_refused() -> None:
 def test_wait_takes_minutes() -> None:
     args = parse_command(["wait", "demo", "--timeout", "10m", "--interval", "30s"])
     assert (args.timeout, args.interval) == (600.0, 30.0)
+
+
+def test_every_time_of_the_cluster_commands_takes_a_duration() -> None:
+    for command in ("status", "logs", "wait", "delete", "diagnose"):
+        args = parse_command([command, "demo", "--request-timeout", "30s"])
+        assert args.request_timeout == 30.0
+    args = parse_command(["render", "pytorchjob", "--request-timeout", "2m"])
+    assert args.request_timeout == 120.0
+
+
+def test_render_options_in_seconds_take_durations() -> None:
+    args = parse_command(["render", "pytorchjob", "--ttl-seconds-after-finished", "1h",
+                          "--termination-grace-period-seconds", "90s"])  # fmt: skip
+    assert (args.ttl_seconds_after_finished, args.termination_grace_period_seconds) == (3600, 90)
+    with pytest.raises(SystemExit):
+        parse_command(["render", "pytorchjob", "--ttl-seconds-after-finished", "1.5s"])

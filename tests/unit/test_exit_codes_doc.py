@@ -4,6 +4,7 @@ the README's "Exit codes" section links it."""
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,24 @@ def test_readme_exit_codes_section_links_the_page() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     assert f"({EXIT_CODES_DOC.as_posix()})" in section
+
+
+def code_constants(module: object) -> dict[str, int]:
+    """The exit-code constants a module defines: upper-case names bound to an int (the
+    threshold RETRYABLE_FROM is not a code)."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if name.isupper() and type(value) is int and name != "RETRYABLE_FROM"
+    }
+
+
+def test_every_exit_code_constant_has_its_table_row() -> None:
+    """A constant without its row in TABLE would end a pod with a code that docs/exit-codes.md,
+    describe() and the status line know nothing of."""
+    constants = code_constants(exit_codes)
+    assert sorted(constants.values()) == sorted(entry.code for entry in exit_codes.TABLE)
+    assert len(set(constants.values())) == len(constants), "two names for one code"
+    unused = next(code for code in range(200, 256) if code not in exit_codes.BY_CODE)
+    forgot = types.SimpleNamespace(**vars(exit_codes), SLOW_STORAGE=unused)  # no row for it
+    assert set(code_constants(forgot).values()) - set(exit_codes.BY_CODE) == {unused}

@@ -15,10 +15,10 @@ import yaml
 from kubeddp.tools import helm_engine
 from kubeddp.tools.chart.render import RenderError, chart_dir
 from tests.helpers import helm_cli
+from tests.helpers.chart import CI_FILES, chart, ci_values
+from tests.helpers.chart_refusals import FAIL_RULES
 from tests.helpers.helm_cli import RELEASES
 from tests.helpers.render import render_job
-from tests.unit.test_chart_render import CI_FILES, chart, ci_values
-from tests.unit.test_chart_schema import FAIL_RULES
 
 pytestmark = pytest.mark.timeout(300)
 each_helm = pytest.mark.parametrize("release", RELEASES, ids=lambda r: f"helm-{r.helm_version}")

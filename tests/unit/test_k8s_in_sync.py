@@ -89,4 +89,5 @@ def test_rbac_lets_submit_create_and_delete_everything_render_makes(kind):
 def test_rbac_lets_status_logs_and_delete_read_what_they_read():
     assert {("", "pods"), ("", "serviceaccounts")} <= _granted("list")
     assert ("", "pods/log") in _granted("get")
+    assert ("", "pods/proxy") in _granted("get")  # status: each pod's /metrics
     assert ("", "pods") not in _granted("delete")  # the operators own the pods

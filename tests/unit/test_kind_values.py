@@ -12,100 +12,13 @@ from typing import Any
 import pytest
 
 from kubeddp.tools.chart.render import RenderError, render_documents
-from kubeddp.tools.chart.values import VALUES
 from kubeddp.tools.helm_engine import merge_values
-from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused
+from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused, trainjob_fields
+from kubeddp.tools.kinds.trainjob import RUNTIME_DECIDES
+from kubeddp.tools.kinds.values import POD_FIELDS
+from tests.helpers.kind_samples import SAMPLES, SETTABLE, untabled
 
 pytestmark = pytest.mark.timeout(300)
-
-AFFINITY = {
-    "nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
-        }
-    }
-}
-VOLUME = {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "d"}}
-
-# chart value path -> values that set it to something other than its default, with what it needs
-SAMPLES: dict[str, dict[str, Any]] = {
-    "nameOverride": {"nameOverride": "other"},
-    "fullnameOverride": {"fullnameOverride": "job-b"},
-    "namespaceOverride": {"namespaceOverride": "team"},
-    "managedBy": {"managedBy": "kubeddp"},
-    "image.repository": {"image": {"repository": "reg/other"}},
-    "image.tag": {"image": {"tag": "v9"}},
-    "image.digest": {"image": {"digest": "sha256:" + "a" * 64}},
-    "image.pullPolicy": {"image": {"pullPolicy": "Always"}},
-    "imagePullSecrets": {"imagePullSecrets": [{"name": "pull"}]},
-    "nodes": {"nodes": 3},
-    "nprocPerNode": {"nprocPerNode": 2},
-    "gpusPerNode": {"gpusPerNode": 2},
-    "resources": {"resources": {"requests": {"cpu": "3"}}},
-    "shmSize": {"shmSize": "1Gi"},
-    "elastic.enabled": {"elastic": {"enabled": True}, "nodes": 2},
-    "elastic.minNodes": {"elastic": {"enabled": True, "minNodes": 2}, "nodes": 2},
-    "elastic.maxNodes": {"elastic": {"enabled": True, "maxNodes": 7}, "nodes": 2},
-    "elastic.rdzvId": {"elastic": {"enabled": True, "rdzvId": "run-7"}, "nodes": 2},
-    "elastic.maxRestarts": {"elastic": {"enabled": True, "maxRestarts": 9}, "nodes": 2},
-    "restartPolicy": {"restartPolicy": "Never"},
-    "backoffLimit": {"backoffLimit": 0},
-    "ttlSecondsAfterFinished": {"ttlSecondsAfterFinished": 60},
-    "cleanPodPolicy": {"cleanPodPolicy": "All"},
-    "terminationGracePeriodSeconds": {"terminationGracePeriodSeconds": 301},
-    "pytorchJob.masterReplica": {"pytorchJob": {"masterReplica": True}, "nodes": 2},
-    "trainJob.runtimeName": {"trainJob": {"ownRuntime": False, "runtimeName": "other-runtime"}},
-    "trainJob.ownRuntime": {"trainJob": {"ownRuntime": False}},
-    "trainJob.runtimeKind": {"trainJob": {"ownRuntime": False, "runtimeKind": "TrainingRuntime"}},
-    "env": {"env": {"SAMPLE_VAR": "1"}},
-    "extraEnv": {"extraEnv": [{"name": "SAMPLE_VAR", "value": "1"}]},
-    "envFrom": {"envFrom": [{"configMapRef": {"name": "sample"}}]},
-    "volumes": {"volumes": [VOLUME]},
-    "podAnnotations": {"podAnnotations": {"sample": "1"}},
-    "podLabels": {"podLabels": {"sample": "1"}},
-    "nodeSelector": {"nodeSelector": {"pool": "gpu"}},
-    "tolerations": {"tolerations": [{"key": "sample", "operator": "Exists"}]},
-    "affinity": {"affinity": AFFINITY},
-    "priorityClassName": {"priorityClassName": "high"},
-    "istio.optOut": {"istio": {"optOut": False}},
-    "kueue.queueName": {"kueue": {"queueName": "q"}},
-    "gang.scheduler": {"gang": {"scheduler": "volcano"}},
-    "gang.queue": {"gang": {"scheduler": "volcano", "queue": "q"}},
-    "podSecurityContext": {"podSecurityContext": {"runAsUser": 1234}},
-    "securityContext": {"securityContext": {"runAsUser": 4321}},
-    "serviceAccount.create": {"serviceAccount": {"create": True}},
-    "serviceAccount.name": {"serviceAccount": {"name": "sa"}},
-    "serviceAccount.annotations": {"serviceAccount": {"create": True, "annotations": {"a": "b"}}},
-    "config": {"config": {"workload": {"name": "regression"}}},
-    "trainer.script": {"trainer": {"script": "/app/t.py"}},
-    "trainer.module": {"trainer": {"module": "my.mod"}},
-    "trainer.spawnsWorkers": {"trainer": {"script": "/app/t.py", "spawnsWorkers": True}},
-    "trainer.args": {"trainer": {"script": "/app/t.py", "args": ["--x"]}},
-    "checkpoints.existingClaim": {"checkpoints": {"existingClaim": "mine"}},
-    "checkpoints.size": {"checkpoints": {"size": "3Gi"}},
-    "checkpoints.storageClassName": {"checkpoints": {"storageClassName": "fast"}},
-    "checkpoints.accessMode": {"checkpoints": {"accessMode": "ReadWriteMany"}},
-    "checkpoints.storage": {"checkpoints": {"storage": "mount"}, "nodes": 2},
-    "checkpoints.lostOnRetry": {"checkpoints": {"lostOnRetry": True}},
-    "monitoring.podMonitor.enabled": {"monitoring": {"podMonitor": {"enabled": True}}},
-    "monitoring.podMonitor.labels": {
-        "monitoring": {"podMonitor": {"enabled": True, "labels": {"a": "b"}}}
-    },
-    "monitoring.podMonitor.interval": {
-        "monitoring": {"podMonitor": {"enabled": True, "interval": "1m"}}
-    },
-    "monitoring.dashboard.enabled": {"monitoring": {"dashboard": {"enabled": True}}},
-    "monitoring.prometheusRule.enabled": {"monitoring": {"prometheusRule": {"enabled": True}}},
-    "monitoring.prometheusRule.labels": {
-        "monitoring": {"prometheusRule": {"enabled": True, "labels": {"a": "b"}}}
-    },
-    "monitoring.prometheusRule.noProgressSeconds": {
-        "monitoring": {"prometheusRule": {"enabled": True, "noProgressSeconds": 77}}
-    },
-    "monitoring.dashboard.labels": {
-        "monitoring": {"dashboard": {"enabled": True, "labels": {"a": "b"}}}
-    },
-}
 
 
 def _without(values: dict[str, Any], path: str) -> dict[str, Any]:
@@ -128,14 +41,6 @@ def _objects(chart_kind: str, values_json: str) -> dict[str, dict]:
 def objects(kind: JobKind, values: dict[str, Any]) -> dict[str, dict]:
     """The objects rendered for `kind` with `values`, by resource kind."""
     return _objects(kind.chart_kind, json.dumps(values, sort_keys=True))
-
-
-SETTABLE = [value.path for value in VALUES if value.path != "kind"]
-
-
-def untabled(kind: JobKind) -> list[str]:
-    """Chart values the kind's table forgets, and entries for values the chart lacks."""
-    return sorted(set(SETTABLE) ^ set(kind.takes))
 
 
 def test_every_value_has_a_sample() -> None:
@@ -173,3 +78,35 @@ def test_each_value_lands_or_is_refused(kind: JobKind, path: str) -> None:
     assert isinstance(how, Lands)
     missing = set(how.objects) - changed
     assert not missing, f"{path} set for {kind.chart_kind} does not reach {sorted(missing)}"
+
+
+def pod_fields(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template's fields as POD_FIELDS names them: metadata.X, spec.X, container.X."""
+    spec = dict(template["spec"])
+    (container,) = spec.pop("containers")
+    parts = {"metadata": template["metadata"], "spec": spec, "container": container}
+    return {
+        f"{part}.{key}": value for part, fields in parts.items() for key, value in fields.items()
+    }
+
+
+def changed_pod_fields(path: str) -> set[str]:
+    """The pod fields the value's sample changes in the Indexed Job, which writes the pod of
+    templates/_pod.tpl whole (no operator takes a part of it)."""
+    kind, sample = KINDS["indexedjob"], SAMPLES[path]
+    got, context = (
+        pod_fields(objects(kind, values)["Job"]["spec"]["template"])
+        for values in (sample, _without(sample, path))
+    )
+    return {field for field in set(got) | set(context) if got.get(field) != context.get(field)}
+
+
+@pytest.mark.parametrize("path", list(POD_FIELDS))
+def test_a_pod_field_is_carried_where_its_table_says(path: str) -> None:
+    """POD_FIELDS names the field that carries each value, and a TrainJob (whose CRD admits some
+    pod fields only) refuses the value or carries every field it writes: none is dropped."""
+    changed = changed_pod_fields(path)
+    assert POD_FIELDS[path] in changed, f"{path} writes {sorted(changed)}"
+    if isinstance(KINDS["trainjob"].takes[path], Lands):
+        dropped = changed - trainjob_fields.admitted() - set(RUNTIME_DECIDES)
+        assert dropped == set(), f"a TrainJob would drop {path}'s {sorted(dropped)}"

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from tests.helpers import fake_api, helm_cli
+from tests.helpers import admission, fake_api, helm_cli
+from tests.helpers.cluster_commands import run as run_in_process
 from tests.helpers.fake_api import TOKEN, status_body
-from tests.unit.test_cluster_contract import run as run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 NS = fake_api.NAMESPACE
@@ -92,12 +92,22 @@ def _submit(api: fake_api.FakeApiServer) -> None:
         api.route("POST", path, 201, _echo(api))
 
 
+def _trainer(api: fake_api.FakeApiServer) -> None:
+    """Trainer's webhook refuses the TrainJob twice (its cache has not seen the runtime)."""
+    for path in (CONFIGMAPS, CLAIMS):
+        api.route("POST", path, 201, _echo(api))
+    api.admission = admission.with_trainer(lag=2, namespace=NS)
+
+
 def _delete(api: fake_api.FakeApiServer) -> None:
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, JOB_STATUS)  # the kind, found by the name
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, SUCCESS)
     api.route("DELETE", f"{CONFIGMAPS}/demo-config", 200, SUCCESS)
 
 
 def _logs(api: fake_api.FakeApiServer) -> None:
+    ended = {"conditions": [{"type": "Succeeded", "status": "True"}]}  # a follow ends with it
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, {**JOB, "status": ended})
     api.route("GET", PODS, 200, PODS_LIST)
     for i in range(2):
         api.route("GET", f"{PODS}/demo-worker-{i}/log", 200, f"hello {i}\nbye {i}\n")
@@ -115,6 +125,7 @@ def _exists(api: fake_api.FakeApiServer) -> None:
 
 
 def _forbidden(api: fake_api.FakeApiServer) -> None:
+    api.route("GET", f"{PYTORCHJOBS}/demo", 200, JOB_STATUS)
     body = status_body(403, "Forbidden", 'pytorchjobs.kubeflow.org "demo" is forbidden')
     api.route("DELETE", f"{PYTORCHJOBS}/demo", 403, body)
 
@@ -131,11 +142,13 @@ def _misbehaving(mode: str) -> Callable[[fake_api.FakeApiServer], None]:
 
 
 SUBMIT = ["submit", "pytorchjob", "--name", "demo", "--nodes", "2", "--validate-against"]
+SUBMIT_TRAINJOB = ["submit", "trainjob", "--name", "demo", "--validate-against", "offline"]
 SCENARIOS = {  # name: (routes, argv, exit code)
     "status": (_status, ["status", "demo"], 0),
     "status-json": (_status, ["status", "demo", "-o", "json"], 0),
     "submit": (_submit, [*SUBMIT, "offline"], 0),
     "submit-dry-run": (_submit, [*SUBMIT, "offline", "--dry-run", "server"], 0),
+    "submit-trainjob": (_trainer, SUBMIT_TRAINJOB, 0),
     "delete": (_delete, ["delete", "demo"], 0),
     "logs": (_logs, ["logs", "demo", "--tail", "5"], 0),
     "logs-follow": (_logs, ["logs", "demo", "--follow"], 0),
@@ -258,6 +271,8 @@ def test_kubectl_and_client_send_the_same_and_say_the_same(
         answers = {
             k: (c, sorted(o.splitlines()), e, sorted(s)) for k, (c, o, e, s) in answers.items()
         }
+    if scenario.startswith("status"):  # the pods' /metrics are read side by side
+        answers = {k: (c, o, e, sorted(s)) for k, (c, o, e, s) in answers.items()}
     assert answers["kubectl"] == answers["client"]
     if expected:  # one error line, the last (submit notes the storage first)
         errors = [line for line in err.splitlines() if ": error: " in line]

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.unit.test_rendezvous import (
+from tests.helpers.pod_env import (
     elastic_pod,
     indexedjob_pod,
     pytorchjob_pod,
@@ -96,7 +96,7 @@ def test_dry_run_json_keys_and_types(source) -> None:
     plan = dry_run(env, "--", "--config", "/etc/kubeddp/config.yaml", gpus=gpus)
     check_plan_types(plan)
     assert plan["source"] == source
-    assert plan["argv"][-2:] == ["--config", "/etc/kubeddp/config.yaml"]
+    assert plan["argv"][-1] == "kubeddp.trainer.worker"  # the config: in the workers' env
 
 
 def test_dry_run_pytorchjob_worker_with_gpus() -> None:

@@ -14,10 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import start_pod_metrics
 from kubeddp.trainer.launcher.pushgateway import push_summary
+from tests.helpers.metrics import on_step_call
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -67,7 +68,7 @@ def test_push_summary_puts_pod_metrics_and_run_result(gateway) -> None:
 
 def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> None:
     address, requests = gateway
-    monkeypatch.delenv(constants.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
+    monkeypatch.delenv(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
     cfg = MetricsConfig(port=0, pushgateway=address, push_job="nightly")
     endpoint = start_pod_metrics(cfg, in_kubernetes=False)
     assert endpoint is not None
@@ -75,8 +76,7 @@ def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> 
         "from kubeddp.trainer.config import MetricsConfig\n"
         "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
         "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
-        "m.on_step(step=3, epoch=0, loss=0.5, lr=0.1, samples=96, tokens=0,"
-        " step_seconds=0.01, data_wait_seconds=0.0)\n"
+        f"{on_step_call(step=3, loss=0.5, samples=96, step_seconds=0.01)}\n"
         "m.close()\n"
     )
     try:
@@ -96,7 +96,7 @@ def test_launch_pushes_the_final_metrics_once_on_close(gateway, monkeypatch) -> 
 
 
 def test_unreachable_gateway_only_warns(monkeypatch) -> None:
-    monkeypatch.delenv(constants.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
+    monkeypatch.delenv(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, raising=False)
     import socket
 
     with socket.socket() as s:

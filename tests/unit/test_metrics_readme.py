@@ -5,37 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.helpers.metrics import exported_families
-from tests.helpers.readme import DOCS, doc_section
-
-METRICS_PAGE = DOCS / "metrics.md"
-ROW = re.compile(r"^\| `(kubeddp_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|")
-
-
-def documented_tables() -> list[dict[str, tuple[str, set[str]]]]:
-    """Each metrics table: name -> (type, label names)."""
-    tables: list[dict[str, tuple[str, set[str]]]] = []
-    current: dict[str, tuple[str, set[str]]] = {}
-    for line in doc_section(METRICS_PAGE, "Metrics").splitlines():
-        row = ROW.match(line)
-        if row:
-            labels = set(re.findall(r"`(\w+)`", row.group(3)))
-            current[row.group(1)] = (row.group(2), labels)
-        elif current and not line.startswith("|"):
-            tables.append(current)
-            current = {}
-    if current:
-        tables.append(current)
-    return tables
-
-
-def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
-    out = {}
-    for family in exported_families(tmp_path):
-        name = family.name + ("_total" if family.type == "counter" else "")
-        labels = {k for s in family.samples for k in s.labels if k != "le"}
-        out[name] = (family.type, labels)
-    return out
+from tests.helpers.metrics import documented_tables, exported
 
 
 def test_documented_table_matches_the_exported_metrics(tmp_path: Path) -> None:

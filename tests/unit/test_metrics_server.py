@@ -13,7 +13,7 @@ import prometheus_client  # noqa: F401 - imported before any test sets PROMETHEU
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import (
     MetricsPortBusy,
@@ -24,6 +24,7 @@ from kubeddp.trainer.launcher.metrics_server import (
     start_for_launch,
     start_pod_metrics,
 )
+from tests.helpers.metrics import on_step_call
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +33,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         constants.ENV_METRICS_PORT,
         constants.ENV_METRICS_BIND,
         constants.ENV_METRICS_LINGER,
-        constants.ENV_PROMETHEUS_MULTIPROC_DIR,
+        process_contract.ENV_PROMETHEUS_MULTIPROC_DIR,
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -76,15 +77,14 @@ def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
     endpoint = start_pod_metrics(MetricsConfig(port=0), in_kubernetes=False)
     assert endpoint is not None
     try:
-        directory = os.environ[constants.ENV_PROMETHEUS_MULTIPROC_DIR]
+        directory = os.environ[process_contract.ENV_PROMETHEUS_MULTIPROC_DIR]
         assert directory == endpoint.directory and Path(directory).is_dir()
         assert endpoint.url == f"http://127.0.0.1:{endpoint.port}/metrics"
         code = (
             "from kubeddp.trainer.config import MetricsConfig\n"
             "from kubeddp.trainer.worker.metrics import TrainingMetrics\n"
             "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
-            "m.on_step(step=7, epoch=0, loss=0.5, lr=0.1, samples=4, tokens=0,"
-            " step_seconds=0.01, data_wait_seconds=0.0)\n"
+            f"{on_step_call(step=7, loss=0.5, samples=4, step_seconds=0.01)}\n"
             "m.close()\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -95,7 +95,7 @@ def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
     finally:
         endpoint.close(0, log=print)
     assert not Path(endpoint.directory).exists()
-    assert constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
+    assert process_contract.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
 
 
 def test_busy_port_warns_and_training_goes_on(monkeypatch, capsys) -> None:
@@ -109,13 +109,13 @@ def test_busy_port_warns_and_training_goes_on(monkeypatch, capsys) -> None:
         lines: list[str] = []
         assert start_for_launch(MetricsConfig(), in_kubernetes=False, log=lines.append) is None
     assert len(lines) == 1 and "metrics off" in lines[0] and str(port) in lines[0]
-    assert constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
+    assert process_contract.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
 
 
 def test_disabled_metrics_start_nothing() -> None:
     lines: list[str] = []
     assert start_for_launch(MetricsConfig(enabled=False), False, lines.append) is None
-    assert lines == [] and constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
+    assert lines == [] and process_contract.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
 
 
 def test_launch_prints_the_url(monkeypatch) -> None:

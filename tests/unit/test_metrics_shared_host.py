@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import start_for_launch
 
@@ -17,7 +17,7 @@ from kubeddp.trainer.launcher.metrics_server import start_for_launch
 @pytest.fixture(autouse=True)
 def own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (constants.ENV_METRICS_PORT, constants.ENV_METRICS_BIND,
-                 constants.ENV_PROMETHEUS_MULTIPROC_DIR):  # fmt: skip
+                 process_contract.ENV_PROMETHEUS_MULTIPROC_DIR):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 
@@ -40,4 +40,4 @@ def test_second_node_on_one_host_serves_elsewhere_quietly() -> None:
             second.close(0, lines.append)
     finally:
         first.close(0, print)
-    assert constants.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ
+    assert process_contract.ENV_PROMETHEUS_MULTIPROC_DIR not in os.environ

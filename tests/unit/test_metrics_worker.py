@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from tests.helpers.metrics import on_step_call
+
 WORKER = textwrap.dedent(
-    """
+    f"""
     import sys
     from kubeddp.trainer.config import MetricsConfig
     from kubeddp.trainer.worker.metrics import TrainingMetrics
@@ -27,8 +29,17 @@ WORKER = textwrap.dedent(
     rank, steps, enabled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
     m = TrainingMetrics(MetricsConfig(enabled=enabled), rank, 2, "gloo")
     for step in range(1, steps + 1):
-        m.on_step(step=step, epoch=step // 10, loss=1.0 / step, lr=0.1, samples=32,
-                  tokens=32 * 8, step_seconds=0.02, data_wait_seconds=0.001)
+        {
+        on_step_call(
+            step="step",
+            epoch="step // 10",
+            loss="1.0 / step",
+            samples=32,
+            tokens="32 * 8",
+            step_seconds=0.02,
+            data_wait_seconds=0.001,
+        )
+    }
     m.on_checkpoint(duration_seconds=0.3, timestamp=1000.0 + steps)
     m.close()
     """
@@ -131,13 +142,12 @@ def test_no_directory_means_no_op() -> None:
 def test_step_histogram_buckets_are_exact(tmp_path: Path) -> None:
     # Bucketed in memory and written on flush: the result must equal plain observe() calls.
     code = textwrap.dedent(
-        """
+        f"""
         from kubeddp.trainer.config import MetricsConfig
         from kubeddp.trainer.worker.metrics import TrainingMetrics
         m = TrainingMetrics(MetricsConfig(), 3, 4, "gloo")
         for i, seconds in enumerate([0.004, 0.005, 0.0051, 0.02, 0.3, 0.3, 100.0]):
-            m.on_step(step=i, epoch=0, loss=0.0, lr=0.0, samples=1, tokens=0,
-                      step_seconds=seconds, data_wait_seconds=0.0)
+            {on_step_call(step="i", loss=0.0, lr=0.0, samples=1, step_seconds="seconds")}
         m.close()
         """
     )
@@ -157,3 +167,30 @@ def test_step_histogram_buckets_are_exact(tmp_path: Path) -> None:
     assert bucket("+Inf") == 7
     assert out[("kubeddp_step_duration_seconds_count", (("rank", "3"),))] == 7
     assert out[("kubeddp_step_duration_seconds_sum", (("rank", "3"),))] == pytest.approx(100.6341)
+
+
+USER_PROGRAM = textwrap.dedent(
+    """
+    from kubeddp import api
+    api.report_step(1, samples=8, loss=0.5, tokens=64)
+    api.report_step(2, samples=8, loss=0.25, tokens=64)
+    """
+)
+
+
+def test_report_step_records_what_the_trainer_records(tmp_path: Path) -> None:
+    """kubeddp.api.report_step writes through the same TrainingMetrics.on_step as the loop: a
+    metric that on_step now requires and report_step does not pass would be one swallowed
+    warning and no user-script metrics at all (report_step never ends a program)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "RANK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", USER_PROGRAM], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    out = served(tmp_path)
+    assert out[("kubeddp_step", ())] == 2
+    assert out[("kubeddp_samples_total", ())] == 16
+    assert out[("kubeddp_tokens_total", ())] == 128
+    assert out[("kubeddp_loss", ())] == 0.25
+    assert out[("kubeddp_step_duration_seconds_count", (("rank", "1"),))] == 1

@@ -29,7 +29,7 @@ from kubeddp.trainer.worker.netcheck_plan import (
     tournament,
 )
 from kubeddp.trainer.worker.network import write_results
-from tests.helpers.metrics_docs import metric_rows
+from tests.helpers.metrics import metric_rows
 
 
 @pytest.mark.parametrize("count", range(2, 34))

@@ -80,14 +80,16 @@ def test_diagnostics_add_no_reads(
     kubeddp launch): still no read outside the allowed steps."""
     import tempfile
 
+    from kubeddp.trainer import process_contract
     from kubeddp.trainer.worker import heartbeat
 
     with tempfile.TemporaryDirectory(prefix="kubeddp-diag-test-") as diag:
-        monkeypatch.setenv(heartbeat.ENV_DIAG_DIR, diag)
+        monkeypatch.setenv(process_contract.ENV_DIAG_DIR, diag)
         monkeypatch.setattr(heartbeat, "_THIS", None)
         with one_rank_group(device_type) as ctx:
             _check_a_run(tmp_path, monkeypatch, ctx)
-        assert heartbeat.read_record(heartbeat.record_path(diag, 0)).step == 18
+        record = process_contract.read_record(process_contract.record_path(diag, 0))
+        assert record.step == 18
 
 
 def _check_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: DistContext) -> None:

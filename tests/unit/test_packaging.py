@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.cli import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
+from kubeddp.tools.client_errors import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
 from kubeddp.tools.kubectl_proxy import KUBECTL_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,3 +185,13 @@ def test_wheel_carries_the_validation_schemas(wheel: Path) -> None:
 def test_help_and_launch_need_no_extra(tmp_path: Path) -> None:
     done = run_without(CLI_EXTRA_MODULES, ["render", "--help"], tmp_path)
     assert done.returncode == 0 and "--gpus-per-node" in done.stdout, done.stderr
+
+
+def test_wheel_states_its_license_as_an_spdx_expression(wheel: Path) -> None:
+    """pyproject's `license = "Apache-2.0"` (PEP 639; the table form is deprecated): the wheel's
+    metadata carries it as License-Expression, without the old free-text License field."""
+    with zipfile.ZipFile(wheel) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = archive.read(meta).decode().split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers
+    assert not [h for h in headers if h.startswith("License:")]

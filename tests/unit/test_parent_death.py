@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.constants import ENV_LAUNCHER_PID
+from kubeddp.trainer.process_contract import ENV_LAUNCHER_PID
 
 pytestmark = pytest.mark.timeout(60)
 WORKER = """

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.metrics_docs import metric_rows
-from tests.unit.test_chart_render import chart
-from tests.unit.test_metrics_readme import documented_tables
+from tests.helpers.chart import chart
+from tests.helpers.metrics import documented_tables, metric_rows
 
 pytestmark = pytest.mark.timeout(120)
 PROMTOOL = shutil.which("promtool")

@@ -214,9 +214,9 @@ def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
     (container,) = replicas["Worker"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {
-        C.ENV_INDEXEDJOB_MASTER_ADDR: "pt-worker-0",
-        C.ENV_INDEXEDJOB_MASTER_PORT: str(C.PYTORCHJOB_PORT),
-        C.ENV_INDEXEDJOB_NNODES: str(nodes),
+        C.ENV_MASTER_ADDR: "pt-worker-0",
+        C.ENV_MASTER_PORT: str(C.PYTORCHJOB_PORT),
+        C.ENV_NNODES: str(nodes),
         C.ENV_NODE_RANK: {
             "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
         },
@@ -290,10 +290,10 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
     assert env == {
-        C.ENV_INDEXEDJOB_MASTER_ADDR: "ix-0.ix",
-        C.ENV_INDEXEDJOB_MASTER_PORT: str(C.INDEXEDJOB_PORT),
-        C.ENV_INDEXEDJOB_NNODES: "3",
-        C.ENV_INDEXEDJOB_NPROC: "2",
+        C.ENV_MASTER_ADDR: "ix-0.ix",
+        C.ENV_MASTER_PORT: str(C.INDEXEDJOB_PORT),
+        C.ENV_NNODES: "3",
+        C.ENV_NPROC_PER_NODE: "2",
         C.ENV_CHECKPOINT_KEEPER: f"http://ix-keeper:{C.KEEPER_PORT}",  # 3 pods: the keeper
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container

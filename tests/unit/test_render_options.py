@@ -3,18 +3,14 @@ chart value has an option: render and `helm install` take the same settings."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 import yaml
 
 from kubeddp.tools.chart.render_options import values_from_args
-from kubeddp.tools.chart.value_types import Flag
 from kubeddp.tools.chart.values import FLAGS, NOT_FLAGS, VALUES, flag_sets
 from kubeddp.tools.cli import parse_command
+from tests.helpers.kind_samples import derived_case
 from tests.helpers.render import render_job
-from tests.unit.test_kind_values import SAMPLES
 
 pytestmark = pytest.mark.timeout(120)
 SECRET_ENV = "[{name: TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]"
@@ -193,39 +189,6 @@ LANDS_ON = {
         {"monitoring": {"dashboard": {"labels": {"team": "ml"}}}},
     ),
 }
-
-
-def _nested(path: str, item: Any) -> dict[str, Any]:
-    for key in reversed(path.split(".")):
-        item = {key: item}
-    return item
-
-
-def _sample_of(path: str, samples: dict[str, dict[str, Any]]) -> Any:
-    node: Any = samples[path]
-    for key in path.split("."):
-        node = node[key]
-    return node
-
-
-def derived_case(
-    flag: Flag, path: str, samples: dict[str, dict[str, Any]] = SAMPLES
-) -> tuple[list[str], dict] | None:
-    """The case of an option that sets one value as given (no `sets`, no `convert`): its
-    arguments written from the value's sample in tests/unit/test_kind_values.py SAMPLES."""
-    if flag.sets or flag.convert or path not in samples:
-        return None
-    sample, option = _sample_of(path, samples), flag.name
-    if flag.read in ("text", "int"):
-        return [option, str(sample)], _nested(path, str(sample) if flag.read == "text" else sample)
-    if flag.read == "switch":
-        return [option if sample else "--no-" + option[2:]], _nested(path, sample)
-    if flag.read == "pairs":
-        pairs = [[option, f"{key}={item}"] for key, item in sample.items()]
-        return [arg for pair in pairs for arg in pair], _nested(path, sample)
-    if flag.read in ("yaml-list", "yaml-map"):
-        return [option, json.dumps(sample)], _nested(path, sample)
-    return None
 
 
 CASES = {

@@ -1,7 +1,7 @@
 """Every way a pod is launched, planned from the exact env the operators inject.
 
-The env of each pod below is written out by hand from the operators' env table
-(tests/emulation/operator_table.csv; job `demo`, in a pod: the kubelet adds
+The env of each pod (tests/helpers/pod_env.py) is written out by hand from the operators' env
+table (tests/emulation/operator_table.csv; job `demo`, in a pod: the kubelet adds
 KUBERNETES_SERVICE_HOST); `test_fixtures_match_csv` checks the variable names against it so a
 fixture cannot drift from the operators.
 """
@@ -20,109 +20,24 @@ from kubeddp.trainer.launcher.rendezvous import (
     plan_from_env,
     resolve_nproc,
 )
+from tests.helpers.pod_env import (
+    POD,
+    elastic_pod,
+    indexedjob_pod,
+    pytorchjob_pod,
+    torchrun_worker_env,
+    trainjob_pod,
+    workers_pod,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
 # The project's table of what the operators inject (rows cite upstream; checked against the
 # reference kubeflow-env-matrix.csv in tests/emulation/test_operator_env.py).
 MATRIX = Path(__file__).resolve().parents[1] / "emulation" / "operator_table.csv"
-POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 WORKER_ARGS = ["--config", "/etc/kubeddp/config.yaml"]
 NO_GPU = lambda: 0  # noqa: E731
 FOUR_GPUS = lambda: 4  # noqa: E731
-
-
-def pytorchjob_pod(replica: str, index: int, workers: int, nproc: str) -> dict[str, str]:
-    """A PyTorchJob v1 pod (Master replicas 1 + `workers` Workers, no elasticPolicy)."""
-    nodes = 1 + workers
-    rank = index if replica == "Master" else index + 1
-    per_node = int(nproc) if nproc.isdigit() else 1  # auto/cpu/gpu count as 1 in WORLD_SIZE
-    return {
-        **POD,
-        "PYTHONUNBUFFERED": "1",
-        "MASTER_ADDR": "demo-master-0",
-        "PET_MASTER_ADDR": "demo-master-0",
-        "MASTER_PORT": "23456",
-        "PET_MASTER_PORT": "23456",
-        "WORLD_SIZE": str(nodes * per_node),
-        "RANK": str(rank),
-        "PET_NODE_RANK": str(rank),
-        "PET_NPROC_PER_NODE": nproc,
-        "PET_NNODES": str(nodes),
-    }
-
-
-def workers_pod(index: int, workers: int = 3, nproc: str = "auto") -> dict[str, str]:
-    """A Worker-only PyTorchJob v1 pod without elasticPolicy, as `kubeddp render pytorchjob`
-    writes it: the operator adds PYTHONUNBUFFERED, PET_NNODES and PET_NPROC_PER_NODE only (no
-    Master: no MASTER_*/RANK/WORLD_SIZE); the manifest adds KUBEDDP_*, the node rank from the
-    pod's replica-index label."""
-    return {
-        **POD,
-        "PYTHONUNBUFFERED": "1",
-        "PET_NPROC_PER_NODE": nproc,
-        "PET_NNODES": str(workers),
-        "KUBEDDP_MASTER_ADDR": "demo-worker-0",
-        "KUBEDDP_MASTER_PORT": "23456",
-        "KUBEDDP_NNODES": str(workers),
-        "KUBEDDP_NODE_RANK": str(index),
-    }
-
-
-def elastic_pod(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A Worker-only PyTorchJob v1 pod with elasticPolicy min 1, max 3 (no Master vars)."""
-    return {
-        **POD,
-        "PYTHONUNBUFFERED": "1",
-        "PET_NPROC_PER_NODE": "auto",
-        "PET_NNODES": "1:3",
-        "PET_RDZV_ENDPOINT": "demo-worker-0:23456",
-        "PET_RDZV_BACKEND": "c10d",
-        **(extra or {}),
-    }
-
-
-def trainjob_pod(rank: int, nproc: str = "auto") -> dict[str, str]:
-    """A TrainJob (Trainer v2, torch runtime) `node` container, numNodes 2."""
-    return {
-        **POD,
-        "PET_NNODES": "2",
-        "PET_NPROC_PER_NODE": nproc,
-        "PET_NODE_RANK": str(rank),
-        "PET_MASTER_ADDR": "demo-node-0-0.demo",
-        "PET_MASTER_PORT": "29500",
-    }
-
-
-def indexedjob_pod(index: int, nproc: str = "auto") -> dict[str, str]:
-    """A pod of the Indexed Job `kubeddp render indexedjob` writes (2 nodes)."""
-    return {
-        **POD,
-        "JOB_COMPLETION_INDEX": str(index),
-        "KUBEDDP_MASTER_ADDR": "demo-0.demo",
-        "KUBEDDP_MASTER_PORT": "29500",
-        "KUBEDDP_NNODES": "2",
-        "KUBEDDP_NPROC_PER_NODE": nproc,
-    }
-
-
-def torchrun_worker_env() -> dict[str, str]:
-    """What torchrun's agent sets for local rank 1 of node 1 in a 2 x 2 job."""
-    return {
-        "LOCAL_RANK": "1",
-        "RANK": "3",
-        "GROUP_RANK": "1",
-        "ROLE_RANK": "3",
-        "LOCAL_WORLD_SIZE": "2",
-        "WORLD_SIZE": "4",
-        "GROUP_WORLD_SIZE": "2",
-        "ROLE_WORLD_SIZE": "4",
-        "MASTER_ADDR": "demo-master-0",
-        "MASTER_PORT": "23456",
-        "TORCHELASTIC_RUN_ID": "demo",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
-    }
 
 
 def plan(env: dict[str, str], gpus=NO_GPU, **kwargs):

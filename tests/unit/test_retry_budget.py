@@ -108,3 +108,34 @@ def test_termination_message_only_where_the_kubelet_made_the_file(
     text = log.read_text()
     assert text.startswith("retries exhausted: ")
     assert len(text.encode()) == retry_budget.MAX_MESSAGE_BYTES
+
+
+UNREADABLE = {
+    "a string count": '{"progress_ns": 0, "restarts": "3", "last_exit": null}',
+    "a bool exit": '{"progress_ns": 0, "restarts": 1, "last_exit": true}',
+    "a float marker": '{"progress_ns": 1.5, "restarts": 1, "last_exit": 137}',
+    "a negative count": '{"progress_ns": 0, "restarts": -1, "last_exit": 137}',
+    "a list": "[1, 2]",
+    "not JSON": "{",
+    "not UTF-8": b"\xff\xfe{}",
+}
+
+
+@pytest.mark.parametrize("case", UNREADABLE)
+def test_an_unreadable_record_is_ignored_with_a_line(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every start ended with an internal error (4) on a wrongly typed field; now the count
+    starts afresh and says why."""
+    budget = RetryBudget(str(tmp_path), limit=1, pod="p")
+    budget.path.parent.mkdir(parents=True)
+    text = UNREADABLE[case]
+    budget.path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert budget.start() is None
+    assert budget.record.restarts == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"retry record {budget.path} is unreadable (" in lines[0], lines
+    budget.ended(exit_codes.KILLED, "killed")  # the record written now is a good one again
+    again = RetryBudget(str(tmp_path), limit=1, pod="p")
+    assert again.start() is None and again.record.restarts == 1
+    assert capsys.readouterr().err == ""

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.config import resolved_config_env
 from kubeddp.trainer.launcher.program_options import torchrun_worker_args
+from kubeddp.trainer.process_contract import resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 from tests.helpers.procs import REPO
 
@@ -133,16 +133,13 @@ def test_a_module_in_directories_without_init_is_found(programs: Path) -> None:
     assert "--module ns.inner.nope: cannot import it" in missing.stderr
 
 
-def test_built_in_trainer_still_reads_config_after_dash() -> None:
+def test_built_in_trainer_still_takes_config_after_dash() -> None:
+    """The manifests' `-- --config FILE` is launch's; the workers get the loaded config in
+    their environment, so their command line ends with the worker module."""
     done = kubeddp("launch", "--dry-run", "--", "--config", "/etc/kubeddp/config.yaml")
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)["argv"]
-    assert argv[-4:] == [
-        "--module",
-        "kubeddp.trainer.worker",
-        "--config",
-        "/etc/kubeddp/config.yaml",
-    ]
+    assert argv[-2:] == ["--module", "kubeddp.trainer.worker"]
 
 
 BAD_INPUT = {
@@ -176,7 +173,7 @@ def test_bad_program_input_is_one_line_and_exit_2(programs: Path, case: str, com
     assert done.returncode == exit_codes.BAD_INPUT, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("kubeddp launch: error: ")
+    assert lines[0].startswith(f"kubeddp {command}: error: ")
     for text in mentions:
         assert text in lines[0], f"{text!r} not in {lines[0]!r}"
 
@@ -406,3 +403,32 @@ def test_api_import_is_cheap_and_inert() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "True", "143", "False", "False"]
+
+
+def test_the_fingerprint_covers_the_file_that_runs(tmp_path: Path, monkeypatch) -> None:
+    """The finished-run record names a program by its file's content too: an edited script (or
+    module, or executable) at the same path with the same arguments is another run."""
+    from kubeddp.trainer.launcher.program_options import program_fingerprint
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    files = {
+        "script": tmp_path / "train.py",
+        "module": tmp_path / "pkg" / "__main__.py",
+        "executable": tmp_path / "run.sh",
+    }
+    targets = {
+        "script": str(files["script"]),
+        "module": "pkg",
+        "executable": str(files["executable"]),
+    }
+    for mode, path in files.items():
+        path.write_text("print('one')\n")
+        program = Program(mode, targets[mode], ("--epochs", "1"))
+        first = program_fingerprint(program)
+        assert first == program_fingerprint(program), mode  # the same program, the same name
+        path.write_text("print('two')\n")
+        assert program_fingerprint(program) != first, mode
+        assert program_fingerprint(program).startswith(program.command_line()), mode
+    gone = Program("script", str(tmp_path / "missing.py"))
+    assert program_fingerprint(gone).endswith("(sha256 unreadable)")

@@ -31,7 +31,7 @@ from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.resources import POD_MONITOR
 from kubeddp.tools.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 from kubeddp.trainer.config import config_fields, default_of, range_text
 
 CHART = Path("charts") / "kubeddp"
@@ -75,7 +75,7 @@ def values_yaml() -> str:
         "# Values of the kubeddp chart. values.schema.json checks every key: a typo or a wrong",
         "# type fails `helm install` before anything reaches the cluster. `kubeddp render` sets",
         "# the same values from its options (the table in README.md).",
-        *_comment(_generated_by("kubeddp/tools/chart/values.py"), "", "# "),
+        *_comment(_generated_by("tools/chart/values.py"), "", "# "),
     ]
     docs = {section.path: section_doc(section, CV.VALUES) for section in CV.SECTIONS}
     opened: list[str] = []  # the mapping keys we are inside
@@ -184,7 +184,7 @@ def values_schema() -> dict[str, Any]:
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "kubeddp chart values",
-        "$comment": _generated_by("kubeddp/tools/chart/values.py"),
+        "$comment": _generated_by("tools/chart/values.py"),
         "type": "object",
         "additionalProperties": False,
         "properties": root,
@@ -296,10 +296,8 @@ def chart_constants() -> dict[str, Any]:
         "programInCheckpointDirEnv": trainer.ENV_PROGRAM_IN_CHECKPOINT_DIR,
         "keeperCommand": [*names.IMAGE_ENTRYPOINT[:-1], "keeper"],
         "keeperResources": names.KEEPER_RESOURCES,
-        # where checkpoint.dir may not be (nor above): kubeddp's other mounts, the image's paths
-        "checkpointDirReserved": [
-            p for p in names.RESERVED_MOUNT_PATHS if p != trainer.CHECKPOINT_DIR
-        ],
+        # where checkpoints live: the rules the trainer reads too (templates/_storage.tpl)
+        "storage": storage_rules.constants_for_chart(),
         "cpuNprocEnv": trainer.ENV_CPU_NPROC,
         # name -> fieldPath: the pod and node a diagnostics report names
         "downwardEnv": dict(trainer.DOWNWARD_ENV),
@@ -319,8 +317,8 @@ def constants_tpl() -> str:
     return (
         "{{/*\n"
         "Names and facts the templates share with kubeddp's Python code (the kinds in\n"
-        "kubeddp/tools/kinds, kubeddp/tools/k8s_names.py, kubeddp/trainer/constants.py).\n"
-        f"{_generated_by('kubeddp/tools/chart/generate.py')}\n"
+        "tools/kinds/, tools/k8s_names.py, trainer/constants.py).\n"
+        f"{_generated_by('tools/chart/generate.py')}\n"
         'Use: $c := include "kubeddp.constants" . | fromYaml\n'
         "*/}}\n"
         '{{- define "kubeddp.constants" -}}\n'
@@ -350,7 +348,7 @@ def config_reference() -> str:
     lines = [
         "# Trainer configuration reference",
         "",
-        f"<!-- {_generated_by('kubeddp/trainer/config.py')} -->",
+        f"<!-- {_generated_by('trainer/config.py')} -->",
         "",
         "A YAML file (`--config`, or `$KUBEDDP_CONFIG`) with the sections below, then `--set",
         "section.key=value` overrides applied in order. Unknown keys, wrong types and values",

@@ -45,6 +45,11 @@ QUANTITY = Pattern(
     r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$",
     "a Kubernetes quantity (e.g. 500m, 4, 16Gi)",
 )
+# A whole number with an optional unit: the chart multiplies it by the GPU count.
+WHOLE_QUANTITY = Pattern(
+    r"^[0-9]+(Ki|Mi|Gi|Ti|m|k|M|G|T)?$",
+    "a Kubernetes quantity without a decimal point (e.g. 2, 500m, 8Gi)",
+)
 ENV_NAME = Pattern(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", "a variable name (e.g. MY_VAR)")
 # What kubeddp, torchrun and the operators set in a training container: a user's entry of the
 # same name would replace theirs (or be replaced), so the chart refuses it.

@@ -27,7 +27,9 @@ from kubeddp.tools.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 
 CHART_PACKAGE = "kubeddp.chart"
-HOOK_ANNOTATION = "helm.sh/hook"  # `helm test` pods and other hooks are not part of the job
+HOOK_ANNOTATION = "helm.sh/hook"
+# `helm test` pods are not part of the job; an install hook (a TrainJob's runtime) is
+TEST_HOOKS = frozenset({"test", "test-success"})
 _FAIL = re.compile(r"execution error at \([^)]*\): (.*)", re.S)
 _VALUE_NAME = re.compile(r"`([A-Za-z][\w.]*)`")
 
@@ -100,6 +102,11 @@ def _helm_error(exc: Exception, provenance: Provenance) -> RenderError:
     return RenderError(f"{option}: {message.replace('`', '')}")
 
 
+def _test_hook(doc: dict) -> bool:
+    hook = ((doc.get("metadata") or {}).get("annotations") or {}).get(HOOK_ANNOTATION)
+    return hook is not None and {e.strip() for e in str(hook).split(",")} <= TEST_HOOKS
+
+
 def _apply_order(doc: dict) -> int:
     key = f"{doc.get('apiVersion')}/{doc.get('kind')}"
     first = [resource.key for resource in APPLY_FIRST]
@@ -132,7 +139,7 @@ def render_documents(
             for path, text in sorted(rendered.items())
             if path.endswith((".yaml", ".yml"))
             for doc in yaml_io.load_all(text, f"the rendered {path}")
-            if doc and HOOK_ANNOTATION not in ((doc.get("metadata") or {}).get("annotations") or {})
+            if doc and not _test_hook(doc)
         ]
     except yaml_io.YamlInputError as exc:  # values that make the output too deep or too large
         raise RenderError(f"render: {exc}") from None

@@ -18,6 +18,7 @@ from kubeddp.tools.chart.value_types import Flag, OptionError, Value
 from kubeddp.tools.chart.values import DEFAULT_JOB_NAME, FLAGS, GROUPS, MANAGED_BY, flag_sets
 from kubeddp.tools.kinds import KINDS
 from kubeddp.trainer import yaml_io
+from kubeddp.trainer.arguments import duration
 from kubeddp.trainer.config import ConfigError, config_from_dict, parse_override
 
 APPENDED = ("pairs", "list", "config-set")
@@ -26,6 +27,19 @@ Provenance = dict[str, str]  # value path -> the option that set it
 
 def dest(flag: Flag) -> str:
     return flag.name.lstrip("-").replace("-", "_").lower()
+
+
+def whole_seconds(text: str) -> int:
+    """An argparse type for a time in whole seconds: `90`, `90s`, `10m`, `1h30m`."""
+    seconds = duration(0)(text)
+    if seconds != int(seconds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
+    return int(seconds)
+
+
+def takes_seconds(flag: Flag) -> bool:
+    """An integer option that is a time (--ttl-seconds-after-finished): durations too."""
+    return flag.read == "int" and "seconds" in flag.name
 
 
 def _help(flag: Flag, value: Value) -> str:
@@ -54,7 +68,7 @@ def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = Tr
         elif "enum" in value.schema and not flag.sets:  # show the choices; the schema checks
             options["metavar"] = "{" + ",".join(c for c in value.schema["enum"] if c) + "}"
         if flag.read == "int":
-            options["type"] = int
+            options["type"] = whole_seconds if takes_seconds(flag) else int
         elif flag.read == "switch":
             options["action"] = argparse.BooleanOptionalAction
         elif flag.read in APPENDED:

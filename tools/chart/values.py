@@ -40,7 +40,7 @@ from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
 from kubeddp.tools.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
 from kubeddp.tools.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 from kubeddp.trainer.config import config_json_schema
 
 PROGRAM_ARGS = "-- ARGS"  # the name of what follows `--` in render's errors
@@ -53,9 +53,13 @@ DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"  # works with `kind load docker-image
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DEFAULT_CHECKPOINT_SIZE = "10Gi"  # the claim kubeddp creates unless told otherwise
 CHECKPOINT_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
-CHECKPOINT_STORAGE = ("keeper", "mount")  # checkpoints.storage; see its doc
+CHECKPOINT_STORAGE = storage_rules.CLAIM_STORAGES  # checkpoints.storage; see its doc
 DEFAULT_JOB_NAME = names.APP_NAME  # `kubeddp render` without --name
 MANAGED_BY = ("Helm", "kubeddp")  # managedBy: who applies the objects
+# A GPU pod's requests per GPU when `resources` names none: what the smallest GPU nodes have
+# room for (4 vCPUs and 16 GiB per GPU, less the kubelet's and the daemons' share).
+DEFAULT_CPU_PER_GPU = "2"
+DEFAULT_MEMORY_PER_GPU = "8Gi"
 
 GROUPS = (
     "job",
@@ -96,6 +100,12 @@ SECTIONS = (
     Section(
         "pytorchJob",
         "A job that is not elastic: Workers only (worker-0 is rank 0), or a Master and Workers.",
+    ),
+    Section(
+        "requestsPerGpu",
+        "What a GPU pod requests per GPU of the cpu and memory that `resources` names neither as "
+        "a request nor as a limit (a pod without requests is BestEffort: the first evicted when "
+        "its node runs short). CPU pods (gpusPerNode 0) get nothing from here.",
     ),
     Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
@@ -269,7 +279,7 @@ VALUES: tuple[Value, ...] = (
         schema=k8s("ResourceRequirements"),
         default={},
         doc='CPU and memory of each pod, e.g. {requests: {cpu: "8", memory: 64Gi}}; the GPU count '
-        "is added",
+        "is added, and a GPU pod requests requestsPerGpu of what this leaves out",
         group=JOB,
         flags=(
             Flag(("--resources",), read="yaml-map", metavar="YAML|FILE"),
@@ -278,6 +288,25 @@ VALUES: tuple[Value, ...] = (
             resource("limits", "cpu", "--cpu-limit", "CPU limit per pod"),
             resource("limits", "memory", "--memory-limit", "memory limit per pod"),
         ),
+    ),
+    Value(
+        path="requestsPerGpu.cpu",
+        schema=text(P.WHOLE_QUANTITY, nullable=True),
+        default=DEFAULT_CPU_PER_GPU,
+        doc="CPU requested per GPU (times gpusPerNode) unless resources names cpu; null or 0: "
+        "none. The default fits the smallest GPU nodes (4 vCPUs per GPU: g4dn/g5.xlarge, "
+        "g2-standard-4)",
+        group=JOB,
+        flags=(Flag(("--cpu-per-gpu",)),),
+    ),
+    Value(
+        path="requestsPerGpu.memory",
+        schema=text(P.WHOLE_QUANTITY, nullable=True),
+        default=DEFAULT_MEMORY_PER_GPU,
+        doc="memory requested per GPU (times gpusPerNode) unless resources names memory; null "
+        "or 0: none. The default fits the smallest GPU nodes (16 GiB per GPU)",
+        group=JOB,
+        flags=(Flag(("--memory-per-gpu",)),),
     ),
     Value(
         path="shmSize",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeddp.tools.chart.patterns import DNS1035
+from kubeddp.tools.k8s_names import JOB_COMPLETION_INDEX_LABEL
 from kubeddp.tools.resources import Resource
 
 Issue = tuple[str, str]  # (field path, message)
@@ -76,6 +77,11 @@ class JobKind:
     takes: Takes = field(default_factory=dict)  # every chart value but `kind` (tests check)
     companions: tuple[Resource, ...] = ()  # more objects named after the job (deleted with it)
     chart_facts: Mapping[str, Any] = field(default_factory=dict)  # more names its template uses
+    # (job object, node rank) -> the label selector of that rank's pod (`kubeddp logs
+    # --node-rank`); the default: the Job controller's completion index is the node rank
+    node_rank_selector: Callable[[dict, int], str] = lambda job, rank: (
+        f"{JOB_COMPLETION_INDEX_LABEL}={rank}"
+    )
 
     @property
     def unsupported(self) -> dict[str, str]:

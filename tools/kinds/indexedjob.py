@@ -34,15 +34,7 @@ TAKES: Takes = {
     **values.ONLY_FOR_PYTORCHJOB,
     **{
         path: Lands((JOB,))
-        for path in (
-            "image.pullPolicy",
-            "nprocPerNode",
-            "restartPolicy",
-            "backoffLimit",
-            "ttlSecondsAfterFinished",
-            "envFrom",
-            "priorityClassName",
-        )
+        for path in ("nprocPerNode", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     },
     **values.ONLY_FOR_TRAINJOB,
 }
@@ -82,12 +74,12 @@ def admission_issues(doc: dict) -> list[Issue]:
             for e in sequence(mapping(container).get("env"))
             if isinstance(e, dict) and isinstance(e.get("name"), str)
         }
-        nnodes = env.get(trainer.ENV_INDEXEDJOB_NNODES)
+        nnodes = env.get(trainer.ENV_NNODES)
         if nnodes is not None and nnodes != str(completions):
             issues.append(
                 (
                     "spec.template.spec.containers.env",
-                    f"{trainer.ENV_INDEXEDJOB_NNODES}="
+                    f"{trainer.ENV_NNODES}="
                     f"{nnodes} but completions is {completions}; make them equal",
                 )
             )
@@ -113,9 +105,9 @@ KIND = JobKind(
     takes=TAKES,
     companions=(SERVICE,),
     chart_facts={
-        "masterAddrEnv": trainer.ENV_INDEXEDJOB_MASTER_ADDR,
-        "masterPortEnv": trainer.ENV_INDEXEDJOB_MASTER_PORT,
-        "nnodesEnv": trainer.ENV_INDEXEDJOB_NNODES,
-        "nprocEnv": trainer.ENV_INDEXEDJOB_NPROC,
+        "masterAddrEnv": trainer.ENV_MASTER_ADDR,
+        "masterPortEnv": trainer.ENV_MASTER_PORT,
+        "nnodesEnv": trainer.ENV_NNODES,
+        "nprocEnv": trainer.ENV_NPROC_PER_NODE,
     },
 )

@@ -45,13 +45,10 @@ RESOURCE_KIND = "PyTorchJob"  # its pods are in its replica specs
 TAKES: Takes = {
     **values.common(RESOURCE_KIND, RESOURCE_KIND, (values.CONFIG_MAP, values.CLAIM, RESOURCE_KIND)),
     **{path: Lands((RESOURCE_KIND,)) for path in values.ONLY_FOR_PYTORCHJOB},
-    "image.pullPolicy": Lands((RESOURCE_KIND,)),
     "nprocPerNode": Lands((RESOURCE_KIND,)),
     "restartPolicy": Lands((RESOURCE_KIND,)),
     "backoffLimit": Lands((RESOURCE_KIND,)),
     "ttlSecondsAfterFinished": Lands((RESOURCE_KIND,)),
-    "envFrom": Lands((RESOURCE_KIND,)),
-    "priorityClassName": Lands((RESOURCE_KIND,)),
     **values.ONLY_FOR_TRAINJOB,
 }
 
@@ -182,6 +179,15 @@ def replica_lines(status: dict) -> list[str]:
     ]
 
 
+def node_rank_selector(job: dict, rank: int) -> str:
+    """The Master is node rank 0 when there is one, and the Workers follow it."""
+    replicas = mapping(mapping(job.get("spec")).get("pytorchReplicaSpecs"))
+    if "Master" in replicas and rank == 0:
+        return f"{REPLICA_TYPE_LABEL}=master,{REPLICA_INDEX_LABEL}=0"
+    index = rank - 1 if "Master" in replicas else rank
+    return f"{REPLICA_TYPE_LABEL}=worker,{REPLICA_INDEX_LABEL}={index}"
+
+
 KIND = JobKind(
     name="pytorchjob",
     chart_kind="PyTorchJob",
@@ -196,6 +202,7 @@ KIND = JobKind(
     success_conditions=("Succeeded",),
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{REPLICA_TYPE_LABEL}={replica.lower()}",
+    node_rank_selector=node_rank_selector,
     admission_issues=admission_issues,
     warnings=warnings,
     schema_issues=schema_checks.pytorchjob_issues,
@@ -206,9 +213,9 @@ KIND = JobKind(
         "gangSchedulers": GANG_SCHEDULERS,
         "elasticRdzvBackend": ELASTIC_RDZV_BACKEND,
         # Workers only: kubeddp's own rendezvous env (the operator sets no master for it)
-        "masterAddrEnv": trainer.ENV_INDEXEDJOB_MASTER_ADDR,
-        "masterPortEnv": trainer.ENV_INDEXEDJOB_MASTER_PORT,
-        "nnodesEnv": trainer.ENV_INDEXEDJOB_NNODES,
+        "masterAddrEnv": trainer.ENV_MASTER_ADDR,
+        "masterPortEnv": trainer.ENV_MASTER_PORT,
+        "nnodesEnv": trainer.ENV_NNODES,
         "nodeRankEnv": trainer.ENV_NODE_RANK,
         "replicaIndexLabel": REPLICA_INDEX_LABEL,
     },

@@ -22,6 +22,7 @@ from kubeddp.tools.kinds import (
     mapping,
     name_issues,
     sequence,
+    trainjob_fields,
     values,
 )
 from kubeddp.tools.resources import TRAINING_RUNTIME, Resource
@@ -38,6 +39,7 @@ RESOURCE = Resource("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs")
 CONTAINER = "node"
 REPLICATED_JOB = "node"  # the replicatedJob of the torch-distributed runtime
 JOB_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"  # initializers are others
 RUNTIME_PATCH_MANAGER = "kubeddp.io/render"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 DEFAULT_RUNTIME = "torch-distributed"
@@ -60,10 +62,21 @@ NO_RUNTIME_PATCH = (
 
 JOB = RESOURCE.kind  # the TrainJob holds the pod fields (spec.trainer, runtimePatches)
 RUNTIME = TRAINING_RUNTIME.kind  # the runtime kubeddp renders (trainJob.ownRuntime)
+# Pod fields kubeddp writes whatever the values say, which a TrainJob leaves to its runtime:
+# with no ServiceAccount named, the pods get the namespace's default one and its token.
+RUNTIME_DECIDES = ("spec.automountServiceAccountToken",)
+
+
+def pod_field_takes(field: str) -> Lands | Refused:
+    """A pod field's value lands in the TrainJob when its CRD lets it set the field."""
+    return Lands((JOB,)) if field in trainjob_fields.admitted() else Refused(NO_RUNTIME_PATCH)
+
+
 # Every chart value: where it lands (tests/unit/test_kind_values.py sets each one).
 TAKES: Takes = {
     **values.common(JOB, JOB, (values.CONFIG_MAP, values.CLAIM, JOB, RUNTIME)),
     **values.ONLY_FOR_PYTORCHJOB,
+    **{path: pod_field_takes(field) for path, field in values.POD_FIELDS.items()},
     "nprocPerNode": Lands((JOB,)),
     "backoffLimit": Lands((RUNTIME,)),
     "trainJob.ownRuntime": Lands((JOB, RUNTIME)),
@@ -71,7 +84,7 @@ TAKES: Takes = {
     "trainJob.runtimeKind": Lands((JOB,)),  # with ownRuntime false
     "restartPolicy": Refused(NO_RUNTIME_PATCH),
     "ttlSecondsAfterFinished": Refused(NO_RUNTIME_PATCH),
-    "priorityClassName": Refused(NO_RUNTIME_PATCH),
+    # refused as pod fields above; said with what to do instead
     "image.pullPolicy": Refused(
         "Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set "
         "it): the runtime's container decides; leave it unset"
@@ -148,6 +161,9 @@ KIND = JobKind(
     success_conditions=("Complete",),
     replica_lines=replica_lines,
     replica_selector=lambda replica: f"{JOB_COMPLETION_INDEX_LABEL}={replica}",
+    node_rank_selector=lambda job, rank: (
+        f"{REPLICATED_JOB_LABEL}={REPLICATED_JOB},{JOB_COMPLETION_INDEX_LABEL}={rank}"
+    ),
     admission_issues=admission_issues,
     schema_issues=schema_checks.trainjob_issues,
     install_hint=INSTALL,
@@ -161,5 +177,6 @@ KIND = JobKind(
         "runtimeKind": RUNTIME_KINDS[1],
         "ancestorLabel": ANCESTOR_LABEL,
         "fatalJobSetRule": FATAL_JOBSET_RULE,
+        "podSplit": trainjob_fields.split_table(),  # templates/_trainjob.tpl
     },
 )

@@ -16,32 +16,40 @@ SERVICE_ACCOUNT = "ServiceAccount"
 POD_MONITOR = "PodMonitor"
 PROMETHEUS_RULE = "PrometheusRule"  # the chart's alerts (docs/diagnostics.md)
 
-# Fields of the training pod: every kind renders them into the object that holds its pods.
-POD_FIELDS = (
-    "image.repository",
-    "image.digest",
-    "imagePullSecrets",
-    "gpusPerNode",
-    "resources",
-    "shmSize",
-    "terminationGracePeriodSeconds",
-    "env",
-    "extraEnv",
-    "volumes",
-    "podAnnotations",
-    "podLabels",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "istio.optOut",
-    "podSecurityContext",
-    "securityContext",
-    "serviceAccount.name",
-    "trainer.script",
-    "trainer.module",
-    "trainer.spawnsWorkers",
-    "trainer.args",
-)
+# Fields of the training pod (templates/_pod.tpl), each with the pod field that carries it:
+# `metadata.X`, `spec.X` or `container.X` (the training container). Every kind renders them into
+# the object that holds its pods; a TrainJob takes those its CRD lets it set and refuses the
+# rest (kinds/trainjob_fields.py). tests/unit/test_kind_values.py checks each carrying field.
+POD_FIELDS: dict[str, str] = {
+    "image.repository": "container.image",
+    "image.digest": "container.image",
+    "image.pullPolicy": "container.imagePullPolicy",
+    "imagePullSecrets": "spec.imagePullSecrets",
+    "gpusPerNode": "container.resources",
+    "resources": "container.resources",
+    "requestsPerGpu.cpu": "container.resources",
+    "requestsPerGpu.memory": "container.resources",
+    "shmSize": "spec.volumes",
+    "terminationGracePeriodSeconds": "spec.terminationGracePeriodSeconds",
+    "env": "container.env",
+    "extraEnv": "container.env",
+    "envFrom": "container.envFrom",
+    "volumes": "spec.volumes",
+    "podAnnotations": "metadata.annotations",
+    "podLabels": "metadata.labels",
+    "nodeSelector": "spec.nodeSelector",
+    "tolerations": "spec.tolerations",
+    "affinity": "spec.affinity",
+    "priorityClassName": "spec.priorityClassName",
+    "istio.optOut": "metadata.annotations",
+    "podSecurityContext": "spec.securityContext",
+    "securityContext": "container.securityContext",
+    "serviceAccount.name": "spec.serviceAccountName",
+    "trainer.script": "container.args",
+    "trainer.module": "container.args",
+    "trainer.spawnsWorkers": "container.args",
+    "trainer.args": "container.args",
+}
 # Values that name or label every object the chart renders.
 EVERY_OBJECT = ("nameOverride", "fullnameOverride", "namespaceOverride", "managedBy", "image.tag")
 

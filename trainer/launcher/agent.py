@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.launcher import early_exit, scratch
+from kubeddp.trainer.launcher import command_name, scratch
 from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 
 if TYPE_CHECKING:
@@ -58,10 +58,15 @@ def torchrun_argv(
 
 
 def torchrun_args(plan: RendezvousPlan) -> argparse.Namespace:
-    """torchrun's parsed arguments for the plan (the installed torch's own parser)."""
+    """torchrun's parsed arguments for the plan (the installed torch's own parser). The
+    workers' arguments are set, not parsed: argparse would read a program's `--log 5` as an
+    abbreviation of torchrun's --log-dir (and refuse it as ambiguous)."""
     from torch.distributed.run import get_args_parser
 
-    return get_args_parser().parse_args(plan.argv[1:])
+    cut = plan.argv.index("--module") + 2  # up to the worker module, which torchrun runs
+    args = get_args_parser().parse_args(plan.argv[1:cut])
+    args.training_script_args = plan.argv[cut:]
+    return args
 
 
 def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
@@ -195,7 +200,7 @@ def run_agent(
     if own_log_dir is not None:
         args.log_dir = str(own_log_dir)
     exited_dir = scratch.owned_dir(constants.RUN_DIR_PREFIX)
-    os.environ[constants.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0 there
+    os.environ[process_contract.ENV_EXITED_DIR] = str(exited_dir)  # workers note a return of 0
     try:
         run(args)
     except ChildFailedError as exc:
@@ -222,7 +227,7 @@ def run_agent(
 def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_grace: float) -> None:
     """What the agent and every worker it starts read from this process's environment."""
     os.environ.update(worker_env)
-    os.environ[constants.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
+    os.environ[process_contract.ENV_RDZV_SOURCE] = plan.source  # shown in kubeddp_info
     # torch shares the rendezvous TCPStore with the workers by default, and a worker group the
     # agent restarts (--max-restarts) then reads the previous group's keys (gloo/NCCL connect
     # to dead ports: pytorch issue 135712): with restarts, a store per worker group. Only then:
@@ -234,7 +239,7 @@ def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_gra
         threads = threads_per_worker(plan.nproc_per_node, available_cpus())
         os.environ["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 (and warn)
     os.environ.update(shutdown_timeout_env(preempt_grace))
-    os.environ[constants.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with this process
+    os.environ[process_contract.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with launch
 
 
 def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
@@ -243,10 +248,11 @@ def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
     early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
     if early:
         code = exit_codes.TRAINING_FAILED
-        _log(f"kubeddp launch: error: rank {', '.join(map(str, early))} of the program "
-             "returned (exit 0) while its peers still ran, so their collectives failed; "
-             "end every rank together (the same steps, then destroy_process_group): exit "
-             f"code {exit_codes.describe(code)}")  # fmt: skip
+        _log(command_name.error(
+            f"rank {', '.join(map(str, early))} of the program returned (exit 0) while its "
+            "peers still ran, so their collectives failed; end every rank together (the same "
+            f"steps, then destroy_process_group): exit code {exit_codes.describe(code)}"
+        ))  # fmt: skip
         return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
     reason = f"workers failed: exit code {exit_codes.describe(code)}"
     _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
@@ -259,7 +265,7 @@ def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:
     """Ranks of this node that returned 0 before the group's first failure."""
     failures = getattr(exc, "failures", {}) or {}
     stamps = [float(getattr(f, "timestamp", 0) or 0) for f in failures.values()]
-    return early_exit.returned_before(exited_dir, min(stamps)) if stamps else []
+    return process_contract.returned_before(exited_dir, min(stamps)) if stamps else []
 
 
 def _log(message: str) -> None:

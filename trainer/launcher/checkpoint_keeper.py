@@ -1,312 +1,152 @@
-"""`kubeddp keeper`: the one pod that mounts the checkpoint claim and serves its files over HTTP.
+"""`kubeddp keeper`: the one pod that mounts the checkpoint claim and serves it to the job's pods.
 
 Why: the default StorageClass of EKS, GKE, AKS and kind is ReadWriteOnce, so a claim can be
 mounted on one node only. The keeper holds it; every training pod keeps checkpoint.dir on an
-emptyDir, fills it from the keeper before its workers start and sends back what rank 0 writes
-(trainer/launcher/checkpoint_sync.py). No training pod needs the volume, so they schedule on any
-node, and a lost node-rank-0 pod loses nothing the keeper already has.
+emptyDir, fills it from the keeper before its workers start and sends back what its ranks write
+(checkpoint_sync.py). No training pod needs the volume, so they schedule on any node, and a lost
+pod loses nothing the keeper already has.
 
-Every write is atomic on the claim: a file is written under `.incoming/`, flushed and renamed
-into place; a checkpoint directory is staged file by file and renamed into place by one commit.
-A reader therefore sees the old file or directory or the new one, never a part. Names starting
-with `.` are the keeper's own and are neither listed nor accepted.
-
-    GET    /healthz                      ok
-    GET    /v1/list                      {"files": [{"path", "size", "mtime_ns"}...]}
-    GET    /v1/file/PATH                 the file's bytes
-    PUT    /v1/file/PATH                 replace one file (body = content)
-    PUT    /v1/stage/TXN/PATH            stage a file of a directory commit
-    POST   /v1/commit/TXN/NAME           rename the staged directory NAME into place
-    DELETE /v1/file/PATH                 remove a file or a top-level directory
+The parts: the protocol (keeper_protocol.py), who may ask (keeper_auth.py: every request signed
+with the job's secret), the HTTP side and its limits (keeper_http.py), uploads checked block by
+block and committed whole (keeper_uploads.py), and the directory itself (keeper_store.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 import threading
 import time
-import uuid
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
 
 from kubeddp.trainer import constants, exit_codes
-from kubeddp.trainer.arguments import OneLineErrorParser
+from kubeddp.trainer.arguments import OneLineErrorParser, number
+from kubeddp.trainer.launcher.keeper_auth import RequestCheck, Secret, SecretError
+from kubeddp.trainer.launcher.keeper_http import Keeper, KeeperServer, Limits
+from kubeddp.trainer.launcher.keeper_store import Store
+from kubeddp.trainer.launcher.keeper_uploads import Uploads
 
-INCOMING = ".incoming"
-# Hidden folders that are the job's, not the keeper's: launch's retry budget record
-# (trainer/launcher/retry_budget.py RECORD_DIR) must outlive the pod like the checkpoints.
-KEPT_HIDDEN = (".kubeddp-retries",)
-MTIME_HEADER = "X-Kubeddp-Mtime-Ns"  # the file's time where it was written, kept on the claim
-ABANDONED_SECONDS = 3600.0
-CHUNK = 1 << 20
-TXN_CHARS = set("0123456789abcdef")
+# Directories a keeper must never serve: the whole filesystem, the system's own, and the kernel's
+SYSTEM_DIRS = (
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/run",
+)  # fmt: skip
+KERNEL_TREES = ("/proc", "/sys", "/dev")
+LOG_EVERY_SECONDS = 10.0
 
 
-class BadPath(ValueError):
+class KeeperDirError(ValueError):
     pass
 
 
-def relative_path(text: str) -> str:
-    """A path inside the keeper's directory: no `..`, no absolute path, no hidden part."""
-    parts = unquote(text).split("/")
-    hidden = [p for p in parts if p.startswith(".") and p not in KEPT_HIDDEN]
-    if not parts or hidden or any(not p or p in (".", "..") or "\0" in p for p in parts):
-        raise BadPath(f"{text!r} is not a plain relative path")
-    return "/".join(parts)
+def check_dir(text: str) -> Path:
+    """The directory to serve, or KeeperDirError: empty, `/`, a system directory or one under
+    /proc, /sys or /dev are refused (a keeper there would hand out the node's files)."""
+    if not text.strip():
+        raise KeeperDirError("--dir is empty; give the directory the claim is mounted at")
+    resolved = os.path.realpath(text)
+    under_kernel = any(resolved == t or resolved.startswith(t + "/") for t in KERNEL_TREES)
+    if resolved in SYSTEM_DIRS or under_kernel:
+        raise KeeperDirError(
+            f"--dir {text} ({resolved}) is a system directory; mount the checkpoint claim at a "
+            f"directory of its own (e.g. {constants.CHECKPOINT_DIR}) and give that"
+        )
+    return Path(resolved)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class ThrottledLog:
+    """Refusals to stderr, at most one line per LOG_EVERY_SECONDS (a flood of unsigned
+    requests must not flood the pod's log); the count left out is said with the next line."""
 
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.dropped = 0
+        self.lock = threading.Lock()
 
-def list_files(root: Path) -> list[dict]:
-    """Every file under `root` except the keeper's hidden ones, sorted by path."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") or d in KEPT_HIDDEN)
-        for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            path = Path(dirpath) / name
-            try:
-                stat = path.stat()
-            except FileNotFoundError:  # removed while listing
-                continue
-            found.append(
-                {
-                    "path": path.relative_to(root).as_posix(),
-                    "size": stat.st_size,
-                    "mtime_ns": stat.st_mtime_ns,
-                }
-            )
-    return found
-
-
-class Keeper:
-    """The directory the keeper serves, and its atomic operations."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.incoming = root / INCOMING
-        self.lock = threading.Lock()  # commits and deletes of top-level names, one at a time
-
-    def prepare(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.incoming, ignore_errors=True)  # uploads a dead keeper left half done
-        self.incoming.mkdir()
-
-    def _receive(self, target: Path, reader, length: int) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as out:
-            left = length
-            while left > 0:
-                chunk = reader.read(min(CHUNK, left))
-                if not chunk:
-                    raise ConnectionError(f"upload ended {left} bytes early")
-                out.write(chunk)
-                left -= len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-
-    def put_file(self, rel: str, reader, length: int, mtime_ns: int | None = None) -> None:
-        temp = self.incoming / f"file-{uuid.uuid4().hex}"
-        try:
-            self._receive(temp, reader, length)
-            if mtime_ns is not None:
-                os.utime(temp, ns=(mtime_ns, mtime_ns))
-            final = self.root / rel
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if final.is_dir():
-                raise BadPath(f"{rel} is a directory")
-            os.replace(temp, final)
-            _fsync_dir(final.parent)
-        finally:
-            temp.unlink(missing_ok=True)
-
-    def stage(self, txn: str, rel: str, reader, length: int, mtime_ns: int | None = None) -> None:
-        target = self.incoming / txn / rel
-        self._receive(target, reader, length)
-        if mtime_ns is not None:
-            os.utime(target, ns=(mtime_ns, mtime_ns))
-
-    def commit(self, txn: str, name: str) -> None:
-        staged = self.incoming / txn / name
-        if not staged.is_dir():
-            raise BadPath(f"nothing staged for {name} in {txn}")
-        final = self.root / name
+    def __call__(self, line: str) -> None:
         with self.lock:
-            if final.exists():  # the same step saved again: the new one wins, atomically
-                aside = self.incoming / f"old-{uuid.uuid4().hex}"
-                os.replace(final, aside)
-                os.replace(staged, final)
-                shutil.rmtree(aside, ignore_errors=True)
-            else:
-                os.replace(staged, final)
-            _fsync_dir(self.root)
-        shutil.rmtree(self.incoming / txn, ignore_errors=True)
-        self._drop_abandoned()
-
-    def _drop_abandoned(self) -> None:
-        """Uploads a lost pod left half done (untouched for an hour) take no space for long."""
-        cutoff = time.time() - ABANDONED_SECONDS
-        for entry in self.incoming.iterdir():
-            try:
-                if entry.stat().st_mtime >= cutoff:
-                    continue
-                if entry.is_dir():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-            except FileNotFoundError:
-                continue
-
-    def delete(self, rel: str) -> bool:
-        target = self.root / rel
-        with self.lock:
-            if target.is_dir():
-                aside = self.incoming / f"old-{uuid.uuid4().hex}"
-                os.replace(target, aside)  # gone at once for readers; removed after
-                shutil.rmtree(aside, ignore_errors=True)
-                return True
-            if target.exists():
-                target.unlink()
-                return True
-        return False
+            now = time.monotonic()
+            if now - self.last < LOG_EVERY_SECONDS:
+                self.dropped += 1
+                return
+            more = f" ({self.dropped} more since the last line)" if self.dropped else ""
+            self.last, self.dropped = now, 0
+        print(line + more, file=sys.stderr, flush=True)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    keeper: Keeper
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass  # one line per request would flood the pod's log
-
-    def _reply(self, status: int, body: bytes = b"", kind: str = "text/plain") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body:
-            self.wfile.write(body)
-
-    def _route(self, prefix: str) -> str | None:
-        return self.path[len(prefix) :] if self.path.startswith(prefix) else None
-
-    def _fail(self, exc: Exception) -> None:
-        status = HTTPStatus.BAD_REQUEST if isinstance(exc, BadPath) else HTTPStatus.NOT_FOUND
-        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
-            status = HTTPStatus.INSUFFICIENT_STORAGE  # disk full, read-only, permission
-        self._reply(status, f"{exc}\n".encode())
-
-    def do_GET(self) -> None:  # noqa: N802
-        try:
-            if self.path == "/healthz":
-                self._reply(HTTPStatus.OK, b"ok\n")
-            elif self.path == "/v1/list":
-                body = json.dumps({"files": list_files(self.keeper.root)}).encode()
-                self._reply(HTTPStatus.OK, body, "application/json")
-            elif (rest := self._route("/v1/file/")) is not None:
-                path = self.keeper.root / relative_path(rest)
-                with open(path, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    self.send_response(HTTPStatus.OK)
-                    self.send_header("Content-Type", "application/octet-stream")
-                    self.send_header("Content-Length", str(size))
-                    self.end_headers()
-                    shutil.copyfileobj(f, self.wfile, CHUNK)
-            else:
-                self._reply(HTTPStatus.NOT_FOUND, b"unknown path\n")
-        except (BadPath, OSError) as exc:
-            self._fail(exc)
-
-    def _length(self) -> int:
-        return int(self.headers.get("Content-Length", "0"))
-
-    def _mtime(self) -> int | None:
-        raw = self.headers.get(MTIME_HEADER)
-        return int(raw) if raw and raw.isdigit() else None
-
-    def do_PUT(self) -> None:  # noqa: N802
-        length = self._length()
-        try:
-            if (rest := self._route("/v1/file/")) is not None:
-                self.keeper.put_file(relative_path(rest), self.rfile, length, self._mtime())
-            elif (rest := self._route("/v1/stage/")) is not None:
-                txn, _, rel = rest.partition("/")
-                if not txn or not set(txn) <= TXN_CHARS:
-                    raise BadPath(f"transaction {txn!r} is not hex")
-                self.keeper.stage(txn, relative_path(rel), self.rfile, length, self._mtime())
-            else:
-                raise BadPath(f"unknown path {self.path}")
-            self._reply(HTTPStatus.CREATED)
-        except (BadPath, OSError) as exc:
-            self.close_connection = True  # the body may be left unread
-            self._fail(exc)
-
-    def do_POST(self) -> None:  # noqa: N802
-        try:
-            rest = self._route("/v1/commit/")
-            if rest is None:
-                raise BadPath(f"unknown path {self.path}")
-            txn, _, name = rest.partition("/")
-            if not txn or not set(txn) <= TXN_CHARS or "/" in relative_path(name):
-                raise BadPath(f"commit {rest!r} is not TXN/NAME")
-            self.keeper.commit(txn, relative_path(name))
-            self._reply(HTTPStatus.CREATED)
-        except (BadPath, OSError) as exc:
-            self._fail(exc)
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        try:
-            rest = self._route("/v1/file/")
-            if rest is None:
-                raise BadPath(f"unknown path {self.path}")
-            found = self.keeper.delete(relative_path(rest))
-            self._reply(HTTPStatus.OK if found else HTTPStatus.NOT_FOUND)
-        except (BadPath, OSError) as exc:
-            self._fail(exc)
+def serve(
+    root: Path,
+    host: str,
+    port: int,
+    secret: Secret | None = None,
+    keep: int | None = None,
+    limits: Limits | None = None,
+) -> KeeperServer:
+    store = Store(root, keep)
+    store.prepare()
+    keeper = Keeper(store, Uploads(store), RequestCheck(secret) if secret else None,
+                    limits or Limits())  # fmt: skip
+    return KeeperServer((host, port), keeper, ThrottledLog())
 
 
-def serve(root: Path, host: str, port: int) -> ThreadingHTTPServer:
-    keeper = Keeper(root)
-    keeper.prepare()
-    handler = type("KeeperHandler", (_Handler,), {"keeper": keeper})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
-
-
-def keeper_main(argv: list[str]) -> int:
+def keeper_parser() -> OneLineErrorParser:
     p = OneLineErrorParser(
         prog="kubeddp keeper",
         description="serve a checkpoint directory (the claim mounted in this pod) to the "
         "training pods of a job",
     )
     p.add_argument("--dir", default=constants.CHECKPOINT_DIR, help="the directory to serve")
-    p.add_argument("--port", type=int, default=constants.KEEPER_PORT)
+    p.add_argument("--port", type=number(int, 1, high=65535), default=constants.KEEPER_PORT)
     p.add_argument("--bind", default="0.0.0.0", help="address to listen on")
-    args = p.parse_args(argv)
-    root = Path(args.dir)
+    p.add_argument(
+        "--token-file",
+        help="the job's keeper secret: a file (the mounted Secret; default "
+        f"${constants.ENV_CHECKPOINT_KEEPER_TOKEN_FILE}); without one, requests are not "
+        "authenticated",
+    )
+    p.add_argument(
+        "--keep",
+        type=number(int, 1, high=1_000_000),
+        default=None,
+        help="checkpoints kept (the job's checkpoint.keep; default: what each upload says)",
+    )
+    p.add_argument("--idle-seconds", type=number(float, 0.1, high=3600), default=60.0,
+                   help="a connection silent this long is closed")  # fmt: skip
+    p.add_argument("--max-connections", type=number(int, 1, high=100_000), default=128)
+    p.add_argument("--max-requests", type=number(int, 1, high=10_000), default=32)
+    return p
+
+
+def keeper_main(argv: list[str]) -> int:
+    args = keeper_parser().parse_args(argv)
     try:
-        server = serve(root, args.bind, args.port)
+        root = check_dir(args.dir)
+        token = args.token_file or os.environ.get(constants.ENV_CHECKPOINT_KEEPER_TOKEN_FILE)
+        secret = Secret.from_file(token) if token else None
+    except (KeeperDirError, SecretError) as exc:
+        print(f"kubeddp keeper: error: {exc}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
+    limits = Limits(idle_seconds=args.idle_seconds, max_connections=args.max_connections,
+                    max_requests=args.max_requests)  # fmt: skip
+    try:
+        server = serve(root, args.bind, args.port, secret, args.keep, limits)
     except OSError as exc:
-        why = exc.strerror or exc
         print(
-            f"kubeddp keeper: error: cannot serve {root} on port {args.port} ({why}); check "
-            "that the claim is mounted there and writable by this user",
+            f"kubeddp keeper: error: cannot serve {root} on port {args.port} "
+            f"({exc.strerror or exc}); check that the claim is mounted there and writable by "
+            "this user",
             file=sys.stderr,
         )
         return exit_codes.BAD_INPUT
-    print(f"[kubeddp] keeper: serving {root} on port {args.port}", file=sys.stderr, flush=True)
+    how = (
+        "every request signed with the job's secret"
+        if secret
+        else "WITHOUT authentication: anyone who reaches this port may read and replace "
+        f"checkpoints (set {constants.ENV_CHECKPOINT_KEEPER_TOKEN_FILE})"
+    )
+    keep = f", keeping {args.keep} checkpoints" if args.keep else ""
+    print(f"[kubeddp] keeper: serving {root} on port {args.port}{keep}; {how}",
+          file=sys.stderr, flush=True)  # fmt: skip
     try:
         server.serve_forever()
     except KeyboardInterrupt:

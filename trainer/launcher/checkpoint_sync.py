@@ -1,27 +1,27 @@
 """checkpoint.dir on an emptyDir, kept in step with the checkpoint keeper (checkpoint_keeper.py).
 
-Before the workers start, launch fills checkpoint.dir with the newest complete checkpoint
-directory the keeper holds and every loose file (a user script's `snapshot.pt`); while they
-train, a thread sends back what appears or changes; when they have exited (done, failed, or
-stopped by SIGTERM after their save), launch sends the rest. Every pod runs the same code: only
-the pod that hosts global rank 0 writes, so the others have nothing to send.
+Before the workers start, launch fills checkpoint.dir from the keeper, and only where it is
+read (`reads`): the newest complete checkpoint (an older one only when the newest fails its
+digests), a script's loose files and links. Every pod gets its own retry record and the
+finished-run record. While the workers train, a thread sends back what appears or changes
+(keeper_local.py says what counts); when they have exited, launch sends the rest within a
+bound derived from the pod's grace period, and a pod whose last checkpoint or files did not
+reach the keeper does not exit 0 (launch: CHECKPOINT_NOT_KEPT, retried).
 
-What counts as written:
-- a top-level directory holding `COMPLETE` (the built-in trainer renames one into place only
-  when it is whole): sent once, staged and committed as a unit;
-- any other file (hidden names aside: temporary directories, the writer lock): copied and
-  sent when its size and mtime stayed the same for QUIET_SECONDS and during the copy (a
-  script's torch.save has finished), and at the end unconditionally;
-- a unit or file this pod knew (fetched or sent) that is gone (keep-N pruning, a `.bad`
-  rename): removed from the keeper too; so is a checkpoint older than the newest one here.
+- a new checkpoint directory is sent once, whole (keeper_client.upload); it counts as sent
+  only when the keeper committed it;
+- a checkpoint set aside here (resume's `.bad`, keep-apart's `.previous-TIME`) is set aside
+  on the keeper too: renamed, never deleted, never sent again; keep-apart sets aside the
+  keeper's other checkpoints as well (another run's, which this pod never fetched);
+- a checkpoint pruned here to checkpoint.keep stays on the keeper: only the keeper prunes;
+- a loose file is sent when its size and time stayed the same for QUIET_SECONDS and while its
+  digest was taken; one this pod fetched or sent that is gone here is removed there.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
+import contextlib
 import os
-import re
 import shutil
 import threading
 import time
@@ -30,178 +30,46 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote, urlsplit
 
 from kubeddp.trainer import constants
-from kubeddp.trainer.launcher.checkpoint_keeper import KEPT_HIDDEN, MTIME_HEADER
+from kubeddp.trainer.checkpoint_digest import DigestError, digest_file, read_marker
+from kubeddp.trainer.launcher import keeper_local
+from kubeddp.trainer.launcher.keeper_auth import secret_from_env
+from kubeddp.trainer.launcher.keeper_client import (
+    Fetch,
+    FetchFailed,
+    KeeperAuthError,
+    KeeperClient,
+    KeeperError,
+    KeeperRefused,
+    KeeperSettingError,
+)
+from kubeddp.trainer.launcher.keeper_local import SYNC_PREFIX, LocalView, Stamp, stamp
+from kubeddp.trainer.launcher.keeper_protocol import (
+    ASIDE_SUFFIX,
+    MARKER,
+    FileEntry,
+    Listing,
+    Upload,
+    step_of,
+)
+from kubeddp.trainer.launcher.keeper_reach import SAY_EVERY_SECONDS, wait_for_keeper
+from kubeddp.trainer.launcher.retry_budget import RECORD_DIR, progress_marker
 
-COMPLETE = "COMPLETE"
-CHECKPOINT_NAME = re.compile(r"ckpt-(\d+)$")
+__all__ = ["KeeperAuthError", "KeeperError", "KeeperSettingError", "CheckpointSync"]
+
 DEFAULT_SYNC_SECONDS = 2.0
-# After the workers exit: time to send the last files (a SIGTERM save), inside the pod's grace
-FINISH_SECONDS = 30.0
-# The newest and the one before: a corrupt newest falls back to it, as on a claim
-FETCH_CHECKPOINTS = 2
-# A file unchanged for this long (and while it is copied) is taken as written whole
-QUIET_SECONDS = 0.5
-REQUEST_TIMEOUT = 60.0
+QUIET_SECONDS = 0.5  # a file unchanged this long (and while hashed) is taken as written whole
+FINISHED_RECORD = f"{RECORD_DIR}/_finished.json"
 Log = Callable[[str], None]
-Stamp = tuple[int, int]  # (size, mtime_ns)
 T = TypeVar("T")
 
 
-class KeeperError(RuntimeError):
-    """The keeper cannot be reached or refused a request; the message names it."""
-
-
-class KeeperSettingError(ValueError):
-    """The keeper's settings in the environment are wrong (a user's mistake, not retried)."""
-
-
-class KeeperClient:
-    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise KeeperSettingError(
-                f"{constants.ENV_CHECKPOINT_KEEPER}={url!r} is not http://HOST:PORT; "
-                "fix or unset it"
-            )
-        self.url = url
-        self.host = parts.hostname
-        self.port = parts.port or constants.KEEPER_PORT
-        self.timeout = timeout
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body=None,
-        length: int = 0,
-        sink: Path | None = None,
-        mtime_ns: int | None = None,
-    ) -> bytes:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        try:
-            headers = {"Content-Length": str(length)} if body is not None else {}
-            if mtime_ns is not None:
-                headers[MTIME_HEADER] = str(mtime_ns)
-            conn.request(method, path, body=body, headers=headers)
-            answer = conn.getresponse()
-            if answer.status >= 300:
-                text = answer.read(300).decode(errors="replace").strip()
-                raise KeeperError(f"{method} {path}: {answer.status} {text}")
-            if sink is None:
-                return answer.read()
-            with open(sink, "wb") as out:
-                shutil.copyfileobj(answer, out, 1 << 20)
-            return b""
-        except (OSError, http.client.HTTPException) as exc:
-            raise KeeperError(f"keeper {self.url} unreachable ({exc})") from None
-        finally:
-            conn.close()
-
-    def healthy(self) -> bool:
-        try:
-            return self._request("GET", "/healthz") == b"ok\n"
-        except KeeperError:
-            return False
-
-    def files(self) -> dict[str, Stamp]:
-        listing = json.loads(self._request("GET", "/v1/list"))
-        return {f["path"]: (f["size"], f["mtime_ns"]) for f in listing["files"]}
-
-    def download(self, rel: str, dest: Path, mtime_ns: int | None = None) -> None:
-        """The file, with the time it was written (the retry budget reads progress from it)."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        temp = dest.parent / f".kubeddp-sync-{uuid.uuid4().hex}"
-        try:
-            self._request("GET", f"/v1/file/{quote(rel)}", sink=temp)
-            if mtime_ns is not None:
-                os.utime(temp, ns=(mtime_ns, mtime_ns))
-            os.replace(temp, dest)
-        finally:
-            temp.unlink(missing_ok=True)
-
-    def _upload(self, path: str, source: Path) -> None:
-        with open(source, "rb") as f:
-            stat = os.fstat(f.fileno())
-            self._request("PUT", path, body=f, length=stat.st_size, mtime_ns=stat.st_mtime_ns)
-
-    def upload(self, rel: str, source: Path) -> None:
-        self._upload(f"/v1/file/{quote(rel)}", source)
-
-    def upload_dir(self, name: str, source: Path) -> None:
-        txn = uuid.uuid4().hex
-        for path in sorted(p for p in source.rglob("*") if p.is_file()):
-            rel = path.relative_to(source).as_posix()
-            self._upload(f"/v1/stage/{txn}/{quote(name)}/{quote(rel)}", path)
-        self._request("POST", f"/v1/commit/{txn}/{quote(name)}", body=b"", length=0)
-
-    def delete(self, rel: str) -> None:
-        try:
-            self._request("DELETE", f"/v1/file/{quote(rel)}")
-        except KeeperError as exc:
-            if " 404 " not in str(exc):
-                raise
-
-
-def _step(name: str) -> int | None:
-    found = CHECKPOINT_NAME.match(name)
-    return int(found.group(1)) if found else None
-
-
-def split_listing(files: Mapping[str, Stamp]) -> tuple[dict[str, list[str]], list[str]]:
-    """(units: top-level directory -> its files, for directories holding COMPLETE; loose files)."""
-    units: dict[str, list[str]] = {}
-    for rel in files:
-        top, sep, rest = rel.partition("/")
-        if sep and rest == COMPLETE:
-            units[top] = []
-    loose = []
-    for rel in files:
-        top, sep, _ = rel.partition("/")
-        if sep and top in units:
-            units[top].append(rel)
-        else:
-            loose.append(rel)
-    return units, loose
-
-
-def newest_checkpoints(units: Mapping[str, object], count: int) -> list[str]:
-    """The `count` newest checkpoint directories, newest first (`.bad` ones are not)."""
-    found = sorted((_step(name), name) for name in units if _step(name) is not None)
-    return [name for _, name in reversed(found[-count:])]
-
-
-def _stamp(path: Path) -> Stamp:
-    stat = path.stat()
-    return (stat.st_size, stat.st_mtime_ns)
-
-
-def scan(root: Path) -> tuple[set[str], dict[str, Stamp]]:
-    """The complete units and the loose files under `root` (hidden names skipped)."""
-    units: set[str] = set()
-    loose: dict[str, Stamp] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        if here == root:
-            for name in list(dirnames):
-                if (here / name / COMPLETE).is_file():
-                    units.add(name)
-        dirnames[:] = [
-            d
-            for d in dirnames
-            if (not d.startswith(".") or (here == root and d in KEPT_HIDDEN)) and d not in units
-        ]
-        for name in filenames:
-            if name.startswith("."):
-                continue
-            try:
-                stat = (here / name).stat()
-            except FileNotFoundError:
-                continue
-            loose[(here / name).relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns)
-    return units, loose
+@dataclass
+class SyncSettings:
+    reads: bool  # this pod reads checkpoints (and a script's files): it fetches them
+    keep: int | None = None  # checkpoint.keep, for the keeper's pruning
+    pod: str = ""  # this pod's host name: its own retry record
 
 
 @dataclass
@@ -211,42 +79,105 @@ class CheckpointSync:
     client: KeeperClient
     root: Path
     log: Log
-    units: set[str] = field(default_factory=set)  # on the keeper as this pod knows it
+    settings: SyncSettings = field(default_factory=lambda: SyncSettings(reads=True))
+    units: set[str] = field(default_factory=set)  # on the keeper as this pod knows them
     sent: dict[str, Stamp] = field(default_factory=dict)  # loose files as last fetched/sent
+    links: dict[str, str] = field(default_factory=dict)  # links as last fetched/sent
+    said: set[str] = field(default_factory=set)  # refusals said once
+    unsent: set[str] = field(default_factory=set)  # what the last push could not send
+    listing: Listing | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_failure_said: float = 0.0
 
+    # ---- fetching ----------------------------------------------------------------------------
     def fill(self) -> str | None:
-        """Fetch the newest checkpoints and the loose files; returns what was fetched (a line)."""
+        """Fetch what this pod reads; a line saying what was fetched (None: nothing)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        files = self.client.files()
-        units, loose = split_listing(files)
-        chosen = newest_checkpoints(units, FETCH_CHECKPOINTS)
-        fetched = list(loose) + [rel for name in chosen for rel in units[name]]
-        for rel in loose:
-            self.client.download(rel, self.root / rel, files[rel][1])
-        for name in chosen:
-            self._fetch_unit(name, units[name], files)
-        _, here = scan(self.root)
-        self.sent = {rel: here[rel] for rel in loose if rel in here}
-        if not fetched:
+        with self._lock:
+            listing = self.client.listing()
+            self.listing = listing
+            files = self._fetch_loose(listing, self._wanted(listing))
+            self._fetch_links(listing)
+            chosen = self._fetch_newest(listing) if self.settings.reads else None
+        if not files and chosen is None:
             return None
-        size = sum(files[rel][0] for rel in fetched)
-        what = f"checkpoint {chosen[0]}" if chosen else "no checkpoint"
-        if len(chosen) > 1:
-            what += f" (and {len(chosen) - 1} older)"
-        return f"{what} and {len(loose)} other file(s), {size / 1e6:.1f} MB"
+        size = sum(listing.files[rel][1].digest.size for rel in files)
+        if chosen is not None:
+            size += sum(e.digest.size for e in listing.units[chosen][1].values())
+        what = f"checkpoint {chosen}" if chosen else "no checkpoint"
+        return f"{what} and {len(files)} other file(s), {size / 1e6:.1f} MB"
 
-    def _fetch_unit(self, name: str, rels: list[str], files: Mapping[str, Stamp]) -> None:
+    def _wanted(self, listing: Listing) -> list[str]:
+        """The loose files this pod fetches: its own records always; the rest where read."""
+        own = {f"{RECORD_DIR}/{self.settings.pod}.json", FINISHED_RECORD}
+        others = (RECORD_DIR, ".kubeddp-diagnostics")  # other pods' records, stall reports
+        return sorted(
+            rel
+            for rel in listing.files
+            if rel in own or (self.settings.reads and rel.split("/")[0] not in others)
+        )
+
+    def _fetch_loose(self, listing: Listing, wanted: list[str]) -> list[str]:
+        """Fetch the files of `wanted` that differ here (each staged, then renamed in)."""
+        done = []
+        for rel in wanted:
+            version, entry = listing.files[rel]
+            if stamp(self.root / rel) == (entry.digest.size, entry.mtime_ns):
+                self.sent[rel] = (entry.digest.size, entry.mtime_ns)
+                continue
+            staging = self.root / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
+            try:
+                self.client.fetch([Fetch(rel, version, entry, staging)])
+                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging, self.root / rel)
+            finally:
+                staging.unlink(missing_ok=True)
+            self.sent[rel] = (entry.digest.size, entry.mtime_ns)
+            done.append(rel)
+        return done
+
+    def _fetch_links(self, listing: Listing) -> None:
+        if not self.settings.reads:
+            return
+        for rel, target in listing.links.items():
+            path = self.root / rel
+            if os.path.islink(path) and os.readlink(path) == target:
+                self.links[rel] = target
+                continue
+            if os.path.lexists(path) and not os.path.islink(path):
+                continue  # a file or directory of this pod's has the name: it wins
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.parent / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
+            os.symlink(target, temp)
+            os.replace(temp, path)
+            self.links[rel] = target
+
+    def _fetch_newest(self, listing: Listing) -> str | None:
+        """The newest checkpoint whose every file matches its digests (an older one only when
+        the newest does not: a corrupt copy on the keeper's disk)."""
+        for name in newest_first(listing.units):
+            if (self.root / name / MARKER).is_file():
+                self.units.add(name)
+                return name  # already here (a container restarted in place)
+            version, files = listing.units[name]
+            try:
+                self._fetch_unit(name, version, files)
+                return name
+            except FetchFailed as exc:
+                self.log(f"[kubeddp] checkpoint keeper: {name} failed its check ({exc}); "
+                         "trying the previous checkpoint")  # fmt: skip
+        return None
+
+    def _fetch_unit(self, name: str, version: str, files: Mapping[str, FileEntry]) -> None:
         """One checkpoint, staged beside and then renamed: never part of a checkpoint in place."""
-        staging = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
+        staging = self.root / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
         try:
-            for rel in rels:
-                self.client.download(rel, staging / rel, files[rel][1])
+            self.client.fetch([Fetch(rel, version, e, staging / rel) for rel, e in files.items()])
             target = self.root / name
-            if target.exists():
-                shutil.rmtree(target)
+            if os.path.lexists(target):
+                shutil.rmtree(target) if target.is_dir() else target.unlink()
             os.replace(staging / name, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -254,92 +185,159 @@ class CheckpointSync:
 
     def refresh(self) -> list[str]:
         """Before this pod rejoins a new group without restarting: fetch what the keeper got
-        since (another pod's rank 0 wrote it), so every rank starts from the same files."""
+        since (another pod's rank 0 wrote it), so the ranks that read start from it."""
         with self._lock:
-            files = self.client.files()
-            units, loose = split_listing(files)
-            _, here = scan(self.root)
-            done = []
-            for rel in loose:
-                if here.get(rel) != files[rel]:
-                    self.client.download(rel, self.root / rel, files[rel][1])
-                    self.sent[rel] = _stamp(self.root / rel)
-                    done.append(rel)
-            for name in newest_checkpoints(units, FETCH_CHECKPOINTS):
-                if not (self.root / name / COMPLETE).is_file():
-                    self._fetch_unit(name, units[name], files)
-                    done.append(name)
-            if done:
-                self.log(f"[kubeddp] checkpoint keeper: fetched {', '.join(done)} before rejoining")
-            return done
+            listing = self.client.listing()
+            self.listing = listing
+            done = self._fetch_loose(listing, self._wanted(listing))
+            if self.settings.reads:
+                newest = next(iter(newest_first(listing.units)), None)
+                if newest and not (self.root / newest / MARKER).is_file():
+                    chosen = self._fetch_newest(listing)
+                    done += [chosen] if chosen else []
+        if done:
+            self.log(f"[kubeddp] checkpoint keeper: fetched {', '.join(done)} before rejoining")
+        return done
 
+    def progress_ns(self) -> int:
+        """The newest time a checkpoint or file was written, here or on the keeper (the retry
+        budget's progress: a pod that reads no checkpoint sees the others' progress there)."""
+        with contextlib.suppress(KeeperError):  # else the last listing
+            self.listing = self.client.listing()
+        there = self.listing.newest_mtime_ns() if self.listing else 0
+        return max(there, progress_marker(self.root))
+
+    # ---- sending -----------------------------------------------------------------------------
     def push(self, final: bool = False) -> list[str]:
-        """Send what is new, remove what is gone; returns what was sent or removed."""
+        """Send what is new, remove what is gone; returns what was sent, set aside or removed."""
         with self._lock:
-            done: list[str] = []
-            units, loose = scan(self.root)
-            new_units = sorted(units - self.units, key=lambda n: (_step(n) or -1, n))
-            for name in new_units:
-                self.client.upload_dir(name, self.root / name)
-                self.units.add(name)
-                done.append(name)
-            steps = [s for s in (_step(n) for n in units) if s is not None]
-            newest_here = max(steps, default=None)
-            for name in sorted(self.units - units):
-                self.client.delete(name)
-                self.units.discard(name)
-                done.append(f"-{name}")
-            if new_units and newest_here is not None:  # older than this pod's, past keep-N
-                units_there, _ = split_listing(self.client.files())
-                for name in units_there:
-                    step = _step(name)
-                    if step is not None and step < newest_here and name not in units:
-                        self.client.delete(name)
-                        done.append(f"-{name}")
-            changed = [rel for rel, stamp in sorted(loose.items()) if self.sent.get(rel) != stamp]
-            if changed and not final:
-                time.sleep(QUIET_SECONDS)  # a file still being written changes meanwhile
-            for rel in changed:
-                copied = self._copy_if_quiet(rel, loose[rel], final)
-                if copied is None:
-                    continue  # being written: the next interval tries again
-                try:
-                    self.client.upload(rel, copied)
-                finally:
-                    copied.unlink(missing_ok=True)
-                self.sent[rel] = loose[rel]
-                done.append(rel)
-            for rel in sorted(set(self.sent) - set(loose)):
-                self.client.delete(rel)
-                del self.sent[rel]
-                done.append(f"-{rel}")
+            view = keeper_local.scan(self.root)
+            self.unsent &= set(view.units) | set(view.loose)  # what is gone is not owed
+            self._say_refused(view)
+            done = self._set_aside(view)
+            done += self._send_units(view)
+            done += self._send_loose(view, final)
+            done += self._send_links(view)
             return done
 
-    def _copy_if_quiet(self, rel: str, stamp: Stamp, final: bool) -> Path | None:
-        """A private copy of the file when it is not being written (same size and time before
-        and after the copy, and, unless final, as at the scan): a script's torch.save rewrites
-        its file in place, so sending the file itself could send half of each version."""
-        source = self.root / rel
-        copy = self.root / f".kubeddp-sync-{uuid.uuid4().hex}"
-        try:
-            before = _stamp(source)
-            if not final and before != stamp:
-                return None
-            shutil.copy2(source, copy)  # with its time: progress for the retry budget
-            if _stamp(source) == before:
-                return copy
-        except FileNotFoundError:
-            pass
-        copy.unlink(missing_ok=True)
-        return None
+    def _say_refused(self, view: LocalView) -> None:
+        for rel, why in sorted(view.refused.items()):
+            if rel not in self.said:
+                self.said.add(rel)
+                self.log(f"[kubeddp] checkpoint keeper: not kept: {self.root}/{rel}: {why}")
 
+    def _say_once(self, key: str, line: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self.log(f"[kubeddp] checkpoint keeper: {line}")
+
+    def _set_aside(self, view: LocalView) -> list[str]:
+        """Checkpoints this pod knew that are gone here: set aside here -> set aside there;
+        pruned here -> left to the keeper's own pruning."""
+        done = []
+        for name in sorted(self.units - set(view.units)):
+            moved = [
+                n for n in view.units if n.startswith(name) and ASIDE_SUFFIX.match(n[len(name) :])
+            ]
+            self.units.discard(name)
+            for new in moved[:1]:
+                self.client.aside(name, new)
+                self.units.add(new)
+                done.append(f"{name} -> {new}")
+                if ".previous-" in new:  # keep-apart: the keeper's others are that run's too
+                    done += self._keep_apart(view, new[len(name) :])
+        return done
+
+    def _keep_apart(self, view: LocalView, suffix: str) -> list[str]:
+        done = []
+        for other in newest_first(self.client.listing().units):
+            if other not in view.units and self.client.aside(other, other + suffix):
+                self.units.add(other + suffix)
+                done.append(f"{other} -> {other}{suffix}")
+        return done
+
+    def _send_units(self, view: LocalView) -> list[str]:
+        done = []
+        for name in sorted(set(view.units) - self.units, key=lambda n: (step_of(n) or -1, n)):
+            try:
+                upload = unit_upload(self.root, name, view.units[name], self.settings.keep)
+                pruned = self.client.upload(upload, {rel: self.root / rel for rel in upload.files})
+            except (KeeperRefused, DigestError, OSError) as exc:
+                self.unsent.add(name)
+                self._say_once(f"unit:{name}", f"{name} was not kept: {exc}")
+                continue
+            self.units.add(name)
+            self.unsent.discard(name)
+            done.append(name)
+            done += [f"-{old}" for old in pruned]
+        return done
+
+    def _send_loose(self, view: LocalView, final: bool) -> list[str]:
+        done = []
+        changed = [rel for rel, st in sorted(view.loose.items()) if self.sent.get(rel) != st]
+        changed.sort(key=lambda rel: rel == FINISHED_RECORD)  # last: see below
+        if changed and not final:
+            time.sleep(QUIET_SECONDS)  # a file still being written changes meanwhile
+        for rel in changed:
+            if rel == FINISHED_RECORD and self.unsent:
+                continue  # "finished" only once everything else is kept: else a late pod
+                # would end at once though the last checkpoint never reached the keeper
+            entry = _quiet_entry(self.root / rel, view.loose[rel], final)
+            if entry is None:
+                self.unsent.add(rel)
+                continue  # being written: the next interval tries again
+            try:
+                self.client.upload(Upload("file", rel, {rel: entry}, None), {rel: self.root / rel})
+            except KeeperRefused as exc:  # changed while sent, or the keeper's disk is full
+                self.unsent.add(rel)
+                self._say_once(f"file:{rel}", f"{rel} was not kept: {exc}")
+                continue
+            self.sent[rel] = view.loose[rel]
+            self.unsent.discard(rel)
+            done.append(rel)
+        for rel in sorted(set(self.sent) - set(view.loose)):
+            self.client.delete(rel)
+            del self.sent[rel]
+            done.append(f"-{rel}")
+        return done
+
+    def _send_links(self, view: LocalView) -> list[str]:
+        done = []
+        for rel, target in sorted(view.links.items()):
+            if self.links.get(rel) != target:
+                self.client.link(rel, target)
+                self.links[rel] = target
+                done.append(f"{rel} -> {target}")
+        for rel in sorted(set(self.links) - set(view.links)):
+            self.client.delete(rel)
+            del self.links[rel]
+            done.append(f"-{rel}")
+        return done
+
+    def pending_bytes(self) -> int:
+        """What a final push would send: new checkpoints and changed files, in bytes."""
+        view = keeper_local.scan(self.root)
+        new_units = set(view.units) - self.units
+        units = sum(size for name in new_units for size, _ in view.units[name].values())
+        return units + sum(st[0] for rel, st in view.loose.items() if self.sent.get(rel) != st)
+
+    # ---- the thread and the end --------------------------------------------------------------
     def _loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
                 for item in self.push():
                     self.log(f"[kubeddp] checkpoint keeper: {_said(item)}")
-            except (KeeperError, OSError) as exc:  # the next interval tries again
-                self.log(f"[kubeddp] checkpoint keeper: send failed, will retry: {exc}")
+            except KeeperError as exc:  # the next interval tries again
+                self._say_failure(exc)
+            except Exception as exc:  # noqa: BLE001 - the sync thread must outlive any file
+                self._say_failure(exc)
+
+    def _say_failure(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_failure_said >= SAY_EVERY_SECONDS:
+            self._last_failure_said = now
+            self.log(f"[kubeddp] checkpoint keeper: send failed, will retry: {exc}; check "
+                     f"{keeper_name(self.client.url)}'s pod and its claim")  # fmt: skip
 
     def start(self, interval: float) -> None:
         self._thread = threading.Thread(
@@ -348,48 +346,85 @@ class CheckpointSync:
         self._thread.start()
 
     def finish(self, deadline_seconds: float) -> bool:
-        """Stop the thread and send the rest, retrying until the deadline; False if it failed."""
+        """Stop the thread and send the rest, again until the deadline; False when a checkpoint
+        or a file (kubeddp's own records aside) is not on the keeper by then."""
+        end = time.monotonic() + deadline_seconds
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=deadline_seconds)
-        end = time.monotonic() + deadline_seconds
         while True:
             try:
                 for item in self.push(final=True):
                     self.log(f"[kubeddp] checkpoint keeper: {_said(item)}")
-                return True
-            except (KeeperError, OSError) as exc:
-                if time.monotonic() > end:
-                    self.log(f"[kubeddp] checkpoint keeper: the last files were not sent: {exc}")
-                    return False
-                time.sleep(1.0)
+                missing = sorted(r for r in self.unsent if not r.startswith(".kubeddp"))
+                if not missing:
+                    return True
+                problem: object = f"{', '.join(missing[:3])} not sent"
+            except Exception as exc:  # noqa: BLE001 - said in the line below
+                problem = exc
+            if time.monotonic() > end:
+                self.log(f"[kubeddp] checkpoint keeper: the last checkpoint or files did not reach "
+                         f"the keeper within {deadline_seconds:.0f} s: {problem}")  # fmt: skip
+                return False
+            time.sleep(1.0)
+
+
+def unit_upload(root: Path, name: str, files: Mapping[str, Stamp], keep: int | None) -> Upload:
+    """A checkpoint directory as an upload: digests from its COMPLETE marker where it lists
+    them (the writer's), taken here for the rest (an older marker, the marker itself)."""
+    recorded = read_marker((root / name / MARKER).read_text(errors="replace")) or {}
+    entries = {}
+    for rel, (size, mtime) in files.items():
+        inside = rel[len(name) + 1 :]
+        digest = recorded.get(inside)
+        if digest is None or digest.size != size:
+            digest = digest_file(root / rel)
+        entries[rel] = FileEntry(digest, mtime)
+    return Upload("unit", name, entries, keep)
+
+
+def _quiet_entry(path: Path, seen: Stamp, final: bool) -> FileEntry | None:
+    """The file's digest when it is not being written: the same size and time at the scan
+    (unless final), before and after the digest. A script's torch.save rewrites its file in
+    place; the keeper checks every block again, so a change while sending is refused there."""
+    before = stamp(path)
+    if before is None or (not final and before != seen):
+        return None
+    try:
+        digest = digest_file(path)
+    except OSError:
+        return None
+    return FileEntry(digest, before[1]) if stamp(path) == before else None
+
+
+def newest_first(units: Mapping[str, object]) -> list[str]:
+    """Checkpoint directories (`ckpt-N`; set-aside ones are not) newest first."""
+    found = sorted(((step, name) for name in units if (step := step_of(name)) is not None),
+                   reverse=True)  # fmt: skip
+    return [name for _, name in found]
 
 
 def _said(item: str) -> str:
-    return f"removed {item[1:]}" if item.startswith("-") else f"sent {item}"
+    if item.startswith("-"):
+        return f"removed {item[1:]}"
+    return f"set aside {item}" if " -> " in item else f"sent {item}"
 
 
-def wait_for_keeper(client: KeeperClient, deadline_seconds: float) -> None:
-    end = time.monotonic() + deadline_seconds
-    while not client.healthy():
-        if time.monotonic() > end:
-            raise KeeperError(
-                f"checkpoint keeper {client.url} did not answer within {deadline_seconds:g} s; "
-                "check its pod (kubectl get pods -l app.kubernetes.io/component=checkpoints) and "
-                "that its claim is Bound"
-            )
-        time.sleep(0.5)
+def keeper_name(url: str) -> str:
+    return url.split("://", 1)[-1].split(":", 1)[0].split(".", 1)[0]
 
 
 def within(deadline_seconds: float, log: Log, call: Callable[[], T]) -> T:
     """`call()`, again after a keeper failure until the deadline: a keeper that answered its
     health check can still drop a connection while the pod network settles (seen with 33 pods
     starting at once, and again when they rejoined: "No route to host"), and one lost fetch must
-    not cost a pod restart."""
+    not cost a pod restart. A refusal of this pod's secret is not retried."""
     end = time.monotonic() + deadline_seconds
     while True:
         try:
             return call()
+        except KeeperAuthError:
+            raise
         except KeeperError as exc:
             if time.monotonic() > end:
                 raise
@@ -411,22 +446,40 @@ def sync_seconds(env: Mapping[str, str]) -> float:
     return value
 
 
-def start_from_env(
-    env: Mapping[str, str], checkpoint_dir: str, deadline_seconds: float, log: Log
-) -> CheckpointSync | None:
-    """None unless the manifest names a keeper; else checkpoint.dir filled and the thread on."""
+def client_from_env(env: Mapping[str, str]) -> KeeperClient | None:
+    """The keeper's client when the manifest names a keeper (KeeperSettingError for a bad
+    address or secret file)."""
     url = env.get(constants.ENV_CHECKPOINT_KEEPER)
     if not url:
         return None
-    client = KeeperClient(url)
+    try:
+        secret = secret_from_env(env)
+    except ValueError as exc:
+        raise KeeperSettingError(str(exc)) from None
+    return KeeperClient(url, secret)
+
+
+def start_from_env(
+    env: Mapping[str, str],
+    checkpoint_dir: str,
+    deadline_seconds: float,
+    log: Log,
+    settings: SyncSettings,
+    unreachable_limit: int = 0,
+) -> CheckpointSync | None:
+    """None unless the manifest names a keeper; else checkpoint.dir filled and the thread on."""
+    client = client_from_env(env)
+    if client is None:
+        return None
     interval = sync_seconds(env)
     end = time.monotonic() + deadline_seconds
-    wait_for_keeper(client, deadline_seconds)
-    sync = CheckpointSync(client, Path(checkpoint_dir), log)
+    wait_for_keeper(client, deadline_seconds, log, Path(checkpoint_dir), unreachable_limit)
+    sync = CheckpointSync(client, Path(checkpoint_dir), log, settings)
     fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
     log(
-        f"[kubeddp] checkpoint keeper {url}: "
-        + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing saved yet")
+        f"[kubeddp] checkpoint keeper {client.url}: "
+        + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing fetched")
+        + ("" if settings.reads else " (this pod reads no checkpoint: the pod of rank 0 does)")
     )
     sync.start(interval)
     return sync

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from kubeddp.trainer.worker.heartbeat import PHASES
+from kubeddp.trainer.process_contract import PHASES
 
 
 class WatchedRecords(Protocol):

@@ -9,8 +9,9 @@ ends a job whose training had finished.
 
 Every pod whose workers all exit 0 writes the record beside the retry budget's (a hidden folder
 the checkpoint keeper keeps on the claim). It names the run by what a restarted pod would run
-again: the resolved config, the program and its arguments, and the world's shape. A pod that
-would run something else (a changed config) trains as usual, and so does `checkpoint.resume=never`.
+again: the resolved config, the program, its arguments and the content of its file (an edited
+script at the same path is another run), and the world's shape. A pod that would run something
+else (a changed config or program) trains as usual, and so does `checkpoint.resume=never`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kubeddp.trainer import storage_rules
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
 
 # An underscore cannot be in a hostname, so no pod's own budget record has this name.
@@ -40,7 +43,9 @@ def run_identity(config: Mapping[str, Any], program: str, nnodes: str, nproc: in
 
 
 def _path(checkpoint_dir: str) -> Path | None:
-    return None if "://" in checkpoint_dir else Path(checkpoint_dir) / RECORD_DIR / RECORD_NAME
+    if not storage_rules.is_directory(checkpoint_dir):
+        return None
+    return Path(checkpoint_dir) / RECORD_DIR / RECORD_NAME
 
 
 def record_finished(checkpoint_dir: str, identity: str) -> None:
@@ -61,13 +66,27 @@ def finished_line(checkpoint_dir: str, identity: str) -> str | None:
     if path is None:
         return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("identity") != identity:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return _unreadable(path, str(exc))
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
+            return _unreadable(path, "no identity")
+        if data["identity"] != identity:
             return None
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(data["finished_at"])))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError):
-        return None
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        return _unreadable(path, f"{type(exc).__name__}: {exc}")
     return (
         f"[kubeddp] this run already finished at {when} (recorded in {path}): nothing to "
         "train, exit 0. To train again, set checkpoint.resume=never or use a new checkpoint dir"
     )
+
+
+def _unreadable(path: Path, problem: str) -> None:
+    """A record that cannot be read names no finished run: this pod trains (said in a line)."""
+    print(f"[kubeddp] warning: finished-run record {path} is unreadable ({problem}); training "
+          "as a new run", file=sys.stderr, flush=True)  # fmt: skip

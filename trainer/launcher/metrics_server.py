@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher import end_signals, scratch
 from kubeddp.trainer.launcher.pushgateway import (
@@ -98,7 +98,7 @@ class PodMetricsEndpoint:
         self._server.shutdown()
         self._server.server_close()
         shutil.rmtree(self.directory, ignore_errors=True)
-        os.environ.pop(constants.ENV_PROMETHEUS_MULTIPROC_DIR, None)
+        os.environ.pop(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, None)
 
 
 def start_pod_metrics(
@@ -138,7 +138,7 @@ def start_pod_metrics(
             f"free port, or 0 to pick one (or ${constants.ENV_METRICS_PORT})"
         ) from None
     port = server.server_address[1]
-    os.environ[constants.ENV_PROMETHEUS_MULTIPROC_DIR] = directory
+    os.environ[process_contract.ENV_PROMETHEUS_MULTIPROC_DIR] = directory
     url = f"http://{_url_host(bind)}:{port}/metrics"
     return PodMetricsEndpoint(directory, url, port, cfg, linger, registry, server)
 

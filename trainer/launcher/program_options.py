@@ -10,10 +10,12 @@ than silently ignored.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
 import pkgutil
+import shutil
 import sys
 from collections.abc import Callable
 
@@ -186,22 +188,44 @@ def _check_module(name: str) -> None:
             )
 
 
+def _check_executable(program: str) -> None:
+    """torchrun --no-python runs the program as it is: a path, or a name found on PATH."""
+    if os.sep not in program:
+        if shutil.which(program) is None:
+            raise ProgramNotHere(
+                f"{program}: no such program on PATH; give its path, or install it in the image"
+            )
+        return
+    _check_script(program)
+    if not os.access(program, os.X_OK):
+        raise ProgramError(
+            f"--no-python {program}: not executable; chmod +x it, or drop --no-python to run "
+            "a Python file"
+        )
+
+
 def program_from_options(
     script: str | None,
     module: str | None,
     program_args: list[str],
     note: Callable[[str], None] | None = None,
+    no_python: bool = False,
 ) -> Program | None:
     """The user's program, checked; None when the built-in trainer runs. With `note` (a dry
     run, which previews a plan for an image from anywhere) a program that is not on this
-    machine is only noted."""
+    machine is only noted. `no_python` (torchrun's --no-python): the script is an executable,
+    run as it is."""
     if script is not None and module is not None:
         raise ProgramError(
             f"--script {script} and --module {module} are both given; run one program"
         )
+    if no_python and module is not None:
+        raise ProgramError(
+            f"--no-python runs a program as it is, not a module (-m {module}); drop one of them"
+        )
     try:
         if script is not None:
-            _check_script(script)
+            (_check_executable if no_python else _check_script)(script)
         elif module is not None:
             _check_module(module)
     except ProgramNotHere as exc:
@@ -209,10 +233,39 @@ def program_from_options(
             raise
         note(f"note: {exc} (not on this machine: the plan assumes the image has it)")
     if script is not None:
-        return Program("script", script, tuple(program_args))
+        return Program("executable" if no_python else "script", script, tuple(program_args))
     if module is not None:
         return Program("module", module, tuple(program_args))
     return None
+
+
+def program_fingerprint(program: Program) -> str:
+    """The program as a finished run names it: its command line and the sha256 of the file that
+    runs (the script, the executable, the module's or package's __main__ file), so an edited
+    program with the same path and arguments is another run. Files it imports are not read."""
+    path: str | None = program.target
+    if program.mode == "executable" and os.sep not in program.target:
+        path = shutil.which(program.target)
+    elif program.mode == "module":
+        try:
+            spec = _find_module(program.target)
+            if spec.submodule_search_locations is not None:
+                spec = _find_in(f"{program.target}.__main__", list(spec.submodule_search_locations))
+            path = spec.origin if spec is not None else None
+        except (ProgramError, ImportError, ValueError):
+            path = None
+    return f"{program.command_line()} (sha256 {_file_sha256(path) if path else 'unreadable'})"
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return "unreadable"
+    return digest.hexdigest()
 
 
 def program_spawns_workers(program: Program, flag: bool | None) -> bool:
@@ -221,13 +274,26 @@ def program_spawns_workers(program: Program, flag: bool | None) -> bool:
         return flag
     if program.mode != "script":
         return False  # a module is not read: --spawns-workers says so
-    from kubeddp.trainer.launcher.script_check import spawns_workers
+    from kubeddp.trainer.launcher.spawn_detection import spawns_workers
 
     return spawns_workers(program.target)
 
 
+def script_spawn_refusal(script: str, nodes: str | int | None, flag: bool | None) -> str | None:
+    """`kubeddp render/submit --script`: launch's refusal, said before the job exists, when the
+    program starts its own workers on several nodes (`flag`: --spawns-workers/--no-...; else
+    read from the script when it is on this machine; an image path is left to the pod)."""
+    program = Program("script", script)
+    if flag is None and not os.path.isfile(script):
+        return None
+    return (
+        spawn_refusal(program, str(nodes or 1)) if program_spawns_workers(program, flag) else None
+    )
+
+
 def spawn_refusal(program: Program, nnodes: str) -> str | None:
-    """Why a program that spawns its own workers cannot run on these nodes (None: it can)."""
+    """Why a program that spawns its own workers cannot run on these nodes (None: it can):
+    launch's, render's and submit's one line."""
     if nnodes.rsplit(":", 1)[-1].strip() == "1":
         return None
     return (

@@ -1,6 +1,6 @@
 """Rendezvous rounds for a static job whose pods rejoin instead of failing.
 
-When a pod is lost, its peers stay up and start torchrun's agent again (launch.py); the lost
+When a pod is lost, its peers stay up and start torchrun's agent again (pod.py); the lost
 pod's replacement starts one for the first time. torch's static rendezvous keeps its keys in the
 node-rank-0 pod's store under the rendezvous id, so a second round under the same id reads the
 first round's keys (its workers' store port, among others) and hangs. Every round therefore gets

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kubeddp.trainer import constants
@@ -480,12 +480,16 @@ def plan_from_env(
     gpu_count: Callable[[], int] = lambda: 0,
     worker_module: str = WORKER_MODULE,
     node_flags: NodeFlags | None = None,
+    torchrun_flags: Sequence[str] = (),
 ) -> RendezvousPlan:
     """Turn a launcher's environment (or its multi-node flags, which win) into a
     RendezvousPlan, or raise RendezvousError. Each worker runs `python -m worker_module
-    worker_args`."""
+    worker_args`; `torchrun_flags` are the user's other torchrun options (`--tee=3`...)."""
     plan = _plan(env, list(worker_args or []), nproc_flag, max_restarts, gpu_count,
                  worker_module, node_flags)  # fmt: skip
+    if plan.source != "torchrun":  # under a user's torchrun there is no agent of ours
+        cut = plan.argv.index("--module")  # after kubeddp's flags: a --local-addr of theirs wins
+        plan.argv[cut:cut] = list(torchrun_flags)
     check_plan(plan)
     return plan
 

@@ -22,10 +22,11 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, storage_rules
 
 RECORD_DIR = ".kubeddp-retries"
 # The kubelet mounts a file here (the container's terminationMessagePath, this by default) and
@@ -42,6 +43,29 @@ class RetryRecord:
     restarts: int = 0  # restarts since then
     last_exit: int | None = None  # None: the run now going, or one killed before it could say
     last_reason: str = ""
+
+
+# What each field of a record must hold (bool is an int to Python, not here).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "progress_ns": (int,), "restarts": (int,), "last_exit": (int, type(None)),
+    "last_reason": (str,),
+}  # fmt: skip
+
+
+def parse_record(text: str) -> RetryRecord:
+    """A record from its JSON text; ValueError (one line) for anything else: another writer's
+    file, a hand edit, a field of the wrong type (a string count once ended every start with an
+    internal error)."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    for name, kinds in _FIELD_TYPES.items():
+        value = data.get(name, getattr(RetryRecord(), name))
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(f"{name} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+    if data.get("restarts", 0) < 0:
+        raise ValueError(f"restarts is {data['restarts']}, below 0")
+    return RetryRecord(**{name: data[name] for name in _FIELD_TYPES if name in data})
 
 
 def progress_marker(directory: Path, depth: int = 3) -> int:
@@ -75,21 +99,40 @@ class RetryBudget:
     """The record of one pod. Every method is best effort: a checkpoint dir that cannot hold
     the record leaves the budget off (said once) rather than stopping training."""
 
-    def __init__(self, checkpoint_dir: str, limit: int, pod: str | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        limit: int,
+        pod: str | None = None,
+        progress: Callable[[], int] | None = None,
+    ) -> None:
         self.limit = limit
+        # Where progress is read: checkpoint.dir, or (behind a keeper) also the keeper's
+        # listing, since a pod that reads no checkpoint has none of them here.
+        self.progress = progress or (lambda: progress_marker(self.checkpoint_dir))
         self.checkpoint_dir = Path(checkpoint_dir)
         self.pod = pod or socket.gethostname() or "pod"
         self.path = self.checkpoint_dir / RECORD_DIR / f"{self.pod}.json"
-        self.enabled = limit > 0 and "://" not in checkpoint_dir  # object storage: no record
+        self.enabled = limit > 0 and storage_rules.is_directory(checkpoint_dir)
         self.record = RetryRecord()
 
     def _load(self) -> RetryRecord | None:
-        """The record of the previous start; None for the first start (or an unreadable one)."""
+        """The record of the previous start; None for the first start, or (said in a line) for
+        one that cannot be read: the count starts afresh rather than stopping the pod."""
         try:
-            data = json.loads(self.path.read_text())
-            return RetryRecord(**{k: data[k] for k in asdict(RetryRecord()) if k in data})
-        except (OSError, ValueError, TypeError):
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            problem = str(exc)
+        else:
+            try:
+                return parse_record(text)
+            except ValueError as exc:
+                problem = str(exc)
+        _log(f"[kubeddp] warning: retry record {self.path} is unreadable ({problem}); this "
+             "start counts restarts afresh")  # fmt: skip
+        return None
 
     def _save(self) -> None:
         try:
@@ -106,7 +149,7 @@ class RetryBudget:
         if not self.enabled:
             return None
         previous = self._load()
-        progress = progress_marker(self.checkpoint_dir)
+        progress = self.progress()
         if (
             previous is None
             or progress > previous.progress_ns

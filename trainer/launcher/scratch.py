@@ -18,6 +18,37 @@ from pathlib import Path
 from kubeddp.trainer import constants
 
 _NAME = re.compile(r"(?P<host>.+)-(?P<pid>[0-9]+)-(?P<start>[0-9]+)-[^-]+")
+# A launch's own files there (the ranks' records, metrics files, torchrun's logs) take far less;
+# a full /tmp (0 bytes) is what this catches before a worker meets it (SIGBUS, a traceback).
+MIN_FREE_BYTES = 1 << 20
+WHAT_GOES_THERE = "the workers' progress records, metrics files and torchrun's logs go there"
+
+
+class ScratchError(OSError):
+    """The scratch directory cannot hold a launch's files; one line with the fix."""
+
+
+def problem() -> str | None:
+    """Why the scratch directory cannot take a launch's files (read-only, not writable, full),
+    or None. Read-only or full, a retry on the same mount would fail the same way."""
+    where = root()
+    fix = (
+        f"{WHAT_GOES_THERE}: mount a writable {where} with free space (kubeddp's manifests "
+        "mount an emptyDir there) or free some space in it"
+    )
+    try:
+        stats = os.statvfs(where)
+    except OSError as exc:
+        return f"the scratch directory {where} cannot be read ({exc.strerror}); {fix}"
+    if stats.f_flag & os.ST_RDONLY:
+        return f"the scratch directory {where} is on a read-only filesystem; {fix}"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"the scratch directory {where} is not writable by uid {os.getuid()}; {fix}"
+    free = stats.f_bavail * stats.f_frsize
+    if free < MIN_FREE_BYTES or (stats.f_files and not stats.f_favail):
+        room = f"{free} bytes, {stats.f_favail} files free"
+        return f"the scratch directory {where} is full ({room}); {fix}"
+    return None
 
 
 def root() -> Path:
@@ -76,8 +107,15 @@ def sweep(prefix: str) -> list[Path]:
 
 
 def owned_dir(prefix: str) -> Path:
-    """A fresh directory named for this process, after sweeping dead owners' ones."""
+    """A fresh directory named for this process, after sweeping dead owners' ones; ScratchError
+    when it cannot be made (the scratch directory filled or turned read-only since the check)."""
     sweep(prefix)
     start = _start_time(os.getpid()) or 0
     owner = f"{prefix}{_host()}-{os.getpid()}-{start}-"
-    return Path(tempfile.mkdtemp(prefix=owner, dir=root()))
+    try:
+        return Path(tempfile.mkdtemp(prefix=owner, dir=root()))
+    except OSError as exc:
+        raise ScratchError(
+            f"cannot make a directory in the scratch directory {root()} ({exc.strerror}); "
+            f"{WHAT_GOES_THERE}: mount a writable one with free space"
+        ) from None

@@ -1,16 +1,18 @@
 """The stall report: from the ranks' heartbeat records and their faulthandler stacks, which rank
 is behind, where it is stuck, and what the others wait in; one line and the full text.
 
-Pure functions over what stall_watch.py captured, so they are tested without processes.
+Pure functions over what stall_watch.py captured (records, stacks, flight-recorder dumps), so
+they are tested without processes.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kubeddp.trainer.worker.heartbeat import COLLECTIVES, RankRecord
+from kubeddp.trainer.process_contract import COLLECTIVES, RankRecord
 
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -176,3 +178,27 @@ def _wait_name(state: RankState) -> str:
         return f"{r.collective_op} #{r.collectives_started}"
     last = f" (after {r.collective_op} #{r.collectives_started})" if r.collective_op else ""
     return f"the gradient all-reduce{last}"
+
+
+def flight_recorder_summary(text: str) -> str:
+    """One line per process group: its last collective, its sequence number, and whether it
+    finished (`retired`), from a dump's JSON."""
+    try:
+        dump = json.loads(text)
+    except ValueError:
+        return "flight recorder: unreadable dump"
+    if "error" in dump:
+        return f"flight recorder: {dump['error']}"
+    last: dict[str, dict] = {}
+    for entry in dump.get("entries") or []:
+        group = entry.get("process_group") or ["?", "?"]
+        name = group[1] if group[1] not in ("", "undefined") else "group"
+        last[f"{name} ({group[0]})"] = entry
+    if not last:
+        return "flight recorder: no collective recorded"
+    parts = []
+    for group, entry in last.items():
+        done = "finished" if entry.get("retired") else "not finished"
+        name = str(entry.get("profiling_name", "?")).split(":")[-1]
+        parts.append(f"{group}: {name} #{entry.get('collective_seq_id')} ({done})")
+    return "flight recorder: " + "; ".join(parts)

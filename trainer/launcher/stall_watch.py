@@ -26,18 +26,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, storage_rules
+from kubeddp.trainer.common import this_pod
 from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import scratch
-from kubeddp.trainer.launcher.stall_report import RankState, StallReport, build_report
-from kubeddp.trainer.worker import flight_recorder
-from kubeddp.trainer.worker.heartbeat import (
+from kubeddp.trainer.launcher.stall_report import (
+    RankState,
+    StallReport,
+    build_report,
+    flight_recorder_summary,
+)
+from kubeddp.trainer.process_contract import (
     ENV_DIAG_DIR,
+    ENV_FR_BUFFER,
+    RECORD_GLOB,
     STACKS_SIGNAL,
     RankRecord,
+    fr_dump_path,
     read_record,
+    request_flight_recorder,
     stacks_path,
-    this_pod,
 )
 
 REPORT_BEGIN = "[kubeddp] ---- stall report begin ----"
@@ -57,13 +65,13 @@ def report_dir(settings: DiagnosticsConfig, checkpoint_dir: str) -> Path | None:
     without a report_dir (the report is then in the log only)."""
     if settings.report_dir:
         return Path(settings.report_dir)
-    if "://" in checkpoint_dir:
+    if not storage_rules.is_directory(checkpoint_dir):
         return None
     return Path(checkpoint_dir) / ".kubeddp-diagnostics"
 
 
 def read_records(directory: str) -> list[RankRecord]:
-    found = (read_record(p) for p in sorted(Path(directory).glob("rank-*.hb")))
+    found = (read_record(p) for p in sorted(Path(directory).glob(RECORD_GLOB)))
     return [r for r in found if r is not None]
 
 
@@ -91,8 +99,8 @@ class StallWatch:
     def env(self) -> dict[str, str]:
         """What the workers need: the record directory, and NCCL's flight recorder on."""
         env = {ENV_DIAG_DIR: self.directory}
-        if flight_recorder.ENV_BUFFER not in os.environ:
-            env[flight_recorder.ENV_BUFFER] = "2000"
+        if ENV_FR_BUFFER not in os.environ:
+            env[ENV_FR_BUFFER] = "2000"
         if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ and self.report_dir is not None:
             env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
             env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")
@@ -247,10 +255,10 @@ def _read_new_stacks(directory: str, offsets: dict[int, int]) -> dict[int, str]:
 
 
 def _ask_flight_recorder(directory: str, rank: int) -> bool:
-    path = flight_recorder.dump_path(directory, rank)
+    path = fr_dump_path(directory, rank)
     with contextlib.suppress(OSError):
         path.unlink()
-    return flight_recorder.request(directory, rank)
+    return request_flight_recorder(directory, rank)
 
 
 def _read_flight_recorders(directory: str, ranks: set[int]) -> dict[int, str]:
@@ -260,9 +268,7 @@ def _read_flight_recorders(directory: str, ranks: set[int]) -> dict[int, str]:
     while ranks - set(found) and time.monotonic() < deadline:
         for rank in ranks - set(found):
             with contextlib.suppress(OSError):
-                found[rank] = flight_recorder.summary(
-                    flight_recorder.dump_path(directory, rank).read_text()
-                )
+                found[rank] = flight_recorder_summary(fr_dump_path(directory, rank).read_text())
         time.sleep(0.05)
     return found
 

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubeddp.trainer.worker.heartbeat import COLLECTIVES, Heartbeat
+from kubeddp.trainer.process_contract import COLLECTIVES
+from kubeddp.trainer.worker.heartbeat import Heartbeat
 
 _MARK = "_kubeddp_counted"
 

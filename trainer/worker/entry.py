@@ -1,26 +1,29 @@
 """One training process: its config, distributed init, the Trainer, teardown, the exit code.
 
-Started by `kubeddp launch`, a worker takes the config launch loaded (passed in its
-environment); started by a user's own torchrun, it reads --config/--set itself.
+Started by `kubeddp launch`, a worker takes no arguments: it trains with the config launch
+loaded and checked, handed over in its environment (process_contract.resolved_config).
+Started by a user's own torchrun (`torchrun -m kubeddp.trainer.worker --config F --set K=V`),
+it reads --config/--set itself, with the parser launch uses for the same options.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.arguments import OneLineErrorParser
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
     MetricsConfig,
-    add_config_options,
     load_config_options,
-    resolved_config,
+    parse_config_options,
 )
+from kubeddp.trainer.process_contract import resolved_config
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 if TYPE_CHECKING:  # both import torch, which run() imports only once the config is good
@@ -30,11 +33,8 @@ if TYPE_CHECKING:  # both import torch, which run() imports only once the config
 
 def main(argv: list[str] | None = None) -> int:
     die_with_launcher()  # first: a launcher killed from now on takes this worker with it
-    parser = OneLineErrorParser(prog="kubeddp worker", description="one DDP training process")
-    add_config_options(parser)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cfg = resolved_config(os.environ) or load_config_options(args, os.environ)
+        cfg = worker_config(sys.argv[1:] if argv is None else argv, os.environ)
     except ConfigError as exc:
         print(f"kubeddp: error: {exc}", file=sys.stderr)
         return exit_codes.BAD_INPUT
@@ -43,6 +43,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (which saves and exits 130)
         print("[kubeddp] interrupted", file=sys.stderr, flush=True)
         os._exit(exit_codes.INTERRUPTED)  # peers may be gone: no teardown
+
+
+def worker_config(argv: list[str], env: Mapping[str, str]) -> Config:
+    """The config launch handed over in `env`, else (a user's own torchrun) --config/--set in
+    `argv`; raises ConfigError (argparse exits 2 for an unknown argument)."""
+    handed = resolved_config(env)
+    if handed is None:
+        return load_config_options(parse_config_options(argv, "kubeddp worker"), env)
+    if argv:  # launch passes none: these would be ignored
+        raise ConfigError(
+            f"{shlex.join(argv)}: a worker that kubeddp launch started takes the config launch "
+            "loaded, not arguments; give --config/--set to kubeddp launch"
+        )
+    return handed
 
 
 def run(cfg: Config) -> int:

@@ -21,6 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
+from kubeddp.trainer.process_contract import PHASE_CODE
 from kubeddp.trainer.worker import comm_hooks
 from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
 from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
@@ -40,7 +41,6 @@ from kubeddp.trainer.worker.distributed import (
     wrap_ddp,
 )
 from kubeddp.trainer.worker.evaluator import Evaluator
-from kubeddp.trainer.worker.heartbeat import PHASE_CODE
 from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.network import NetworkReport
@@ -55,6 +55,7 @@ from kubeddp.trainer.worker.preemption import (
 from kubeddp.trainer.worker.progress import Progress
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 from kubeddp.trainer.worker.schedule import build_optimizer, build_scheduler
+from kubeddp.trainer.worker.status_feed import for_rank as status_feed_for_rank
 from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
 from kubeddp.trainer.worker.versions import runtime_versions
 from kubeddp.trainer.workloads import build_workload
@@ -108,6 +109,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         tokens = self.workload.tokens_per_sample
         self.progress = Progress(ctx.is_main, t.log_every, tokens)
+        self.status = status_feed_for_rank(ctx.rank)  # a TrainJob's status, on rank 0
         self.versions = runtime_versions(ctx.device.type)
         self.metrics = TrainingMetrics(
             cfg.metrics,
@@ -167,6 +169,7 @@ class Trainer:
         with self.stop_vote.catching_sigterm():
             self.state = self.checkpoints.resume() or self.state
             self.total_steps = self._plan_total_steps()
+            self.metrics.on_plan(self.total_steps)
             self.progress.log(self._describe_run())
             self.progress.begin(self.state.step, self.total_steps)
             while not self._finished():
@@ -177,6 +180,7 @@ class Trainer:
             self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
             self.checkpoints.save(self.state, blocking=True, final=True)
+            self._feed_status(None, final=True)
         t = self.cfg.train
         last = self.losses.last
         self._settle_first_loss()
@@ -293,8 +297,28 @@ class Trainer:
         )
         first = self.progress.first_step_seconds is None
         self.progress.step(s.step, s.epoch, lr, samples * ctx.world_size, loss_value)
+        self._feed_status(loss_value)
         if first:
             self._log_first_step()
+
+    def _feed_status(self, loss: float | None, final: bool = False) -> None:
+        """Rank 0's progress for the TrainJob's status (status_feed.py); the epochs' total
+        only when they, not train.max_steps, end the run."""
+        if self.status is None:
+            return
+        s, t = self.state, self.cfg.train
+        by_max_steps = bool(t.max_steps) and self.total_steps == t.max_steps
+        self.status.update(
+            s.step,
+            total_steps=self.total_steps,
+            epoch=s.epoch,
+            total_epochs=None if by_max_steps else t.epochs,
+            loss=loss,
+            eval_loss=self.evaluator.val_loss,
+            eta_seconds=self.progress.eta_seconds(s.step),
+        )
+        if final:
+            self.status.flush()
 
     def _micro_step(self, batch: Any, micro_steps: int, sync: bool) -> torch.Tensor:
         """Forward and backward of one micro-batch; its loss, detached, still on the device."""

@@ -20,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any
 
-from kubeddp.trainer import __version__, constants
+from kubeddp.trainer import __version__, process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.worker.versions import RuntimeVersions, runtime_versions
 
@@ -51,7 +51,7 @@ TRANSPORT_LABELS = INFO_LABELS[-3:]
 
 
 def multiprocess_dir() -> str | None:
-    path = os.environ.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR)
+    path = os.environ.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR)
     return path if path and os.path.isdir(path) else None
 
 
@@ -110,6 +110,9 @@ class _Instruments:
         self.info = gauge("kubeddp_info", "Constant 1; labels say what runs", labels=INFO_LABELS)
         self.step = gauge("kubeddp_step", "Current global optimizer step")
         self.epoch = gauge("kubeddp_epoch", "Current epoch (0-based)")
+        self.planned_steps = gauge(
+            "kubeddp_planned_steps", "The optimizer step this run is planned to end at"
+        )
         self.loss = gauge(
             "kubeddp_loss",
             "Training loss: mean over all ranks and the steps of the latest log interval",
@@ -199,7 +202,7 @@ class TrainingMetrics:
         if not self.enabled:
             return
         m = self.m = _Instruments()
-        source = os.environ.get(constants.ENV_RDZV_SOURCE, "standalone")
+        source = os.environ.get(process_contract.ENV_RDZV_SOURCE, "standalone")
         if versions is None:
             versions = runtime_versions(getattr(device, "type", "cpu"))
         labels = {name: (transport or {}).get(name, "") for name in TRANSPORT_LABELS}
@@ -234,6 +237,12 @@ class TrainingMetrics:
         missing = target - recorded_restarts(path)
         if missing > 0:
             self.m.restarts.inc(missing)
+
+    def on_plan(self, total_steps: int) -> None:
+        """The step the run ends at (planned at its start): `kubeddp status` shows the percent
+        done and the time left from it."""
+        if self.enabled:
+            self.m.planned_steps.set(total_steps)
 
     def on_step(
         self,

@@ -15,7 +15,7 @@ import signal
 import sys
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.constants import ENV_LAUNCHER_PID
+from kubeddp.trainer.process_contract import ENV_LAUNCHER_PID
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

@@ -2,6 +2,7 @@
 
     python -m kubeddp.trainer.worker.program script PATH [ARGS...]   # like python PATH ARGS
     python -m kubeddp.trainer.worker.program module NAME [ARGS...]   # like python -m NAME ARGS
+    python -m kubeddp.trainer.worker.program executable PROG [ARGS...]   # PROG ARGS (--no-python)
 
 `kubeddp launch --script/--module` starts this under torchrun. The program sees what `python`
 would give it (`__name__ == "__main__"`, `sys.argv`, `sys.path[0]`), plus what kubeddp adds:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import io
 import os
 import runpy
@@ -25,15 +27,19 @@ import traceback
 from dataclasses import dataclass
 from typing import NoReturn
 
-from kubeddp.trainer import constants, exit_codes
+from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
-from kubeddp.trainer.launcher import early_exit
-from kubeddp.trainer.worker import program_watch, stop_signal
+from kubeddp.trainer.worker import program_rendezvous, program_watch, spawn_guard, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
-MODES = ("script", "module")
+# Imported by the runner only later (SIGTERM, the end): see _own_imports_first
+RUNNER_LATE_IMPORTS = (
+    "json", "kubeddp.trainer.config", "kubeddp.trainer.worker.preemption", "linecache",
+    "tokenize",
+)  # fmt: skip
+MODES = ("script", "module", "executable")
 # torchrun's description of one worker: a program that spawns its own workers gets the
 # environment `python` would give it, or its children would all read rank 0 of a world of 1.
 TORCHRUN_WORKER_VARS = (
@@ -45,8 +51,8 @@ TORCHRUN_WORKER_VARS = (
 
 @dataclass(frozen=True)
 class Program:
-    mode: str  # "script" | "module"
-    target: str  # a file path, or a module name
+    mode: str  # "script" | "module" | "executable" (torchrun's --no-python)
+    target: str  # a file path, a module name, or a program (a path, or a name on PATH)
     args: tuple[str, ...] = ()
 
     def runner_args(self) -> list[str]:
@@ -55,11 +61,11 @@ class Program:
 
     @property
     def shown(self) -> str:
-        return self.target if self.mode == "script" else f"-m {self.target}"
+        return f"-m {self.target}" if self.mode == "module" else self.target
 
     def command_line(self) -> str:
-        """As one would type it after `python`, for the log."""
-        start = [self.target] if self.mode == "script" else ["-m", self.target]
+        """As one would type it after `python` (an executable: as is), for the log."""
+        start = ["-m", self.target] if self.mode == "module" else [self.target]
         return shlex.join([*start, *self.args])
 
 
@@ -68,10 +74,10 @@ def _log(message: str) -> None:
 
 
 def _preempt_grace_seconds() -> float:
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
 
     try:
-        cfg = resolved_config(os.environ)
+        cfg = process_contract.resolved_config(os.environ)
     except ConfigError as exc:
         _log(f"warning: {exc}")
         cfg = None
@@ -80,27 +86,56 @@ def _preempt_grace_seconds() -> float:
     return cfg.checkpoint.preempt_grace_seconds
 
 
+def _first_on_path(directory: str) -> None:
+    """`directory` first on sys.path, as `python` puts it there for the program. Under
+    PYTHONSAFEPATH (set by launch) nothing of the working directory's was on it; else (Python
+    3.10) the working directory was, and it gives way."""
+    if getattr(sys.flags, "safe_path", False) or not sys.path:
+        sys.path.insert(0, directory)
+    else:
+        sys.path[0] = directory
+
+
 def _execute(program: Program) -> None:
     if program.mode == "script":
         # `python PATH` puts the script's own directory first on sys.path (symlinks resolved).
-        sys.path[0] = os.path.dirname(os.path.realpath(program.target))
+        _first_on_path(os.path.dirname(os.path.realpath(program.target)))
         sys.argv = [program.target, *program.args]
         runpy.run_path(program.target, run_name="__main__")
     else:
-        # `python -m NAME` keeps the working directory first on sys.path, as `-m` here did;
+        # `python -m NAME` puts the working directory first: the one launch started in (not
+        # checkpoint.dir, where it may have moved the program: files fetched there are data).
+        _first_on_path(os.environ.get(process_contract.ENV_LAUNCH_DIR) or os.getcwd())
         # alter_sys sets sys.argv[0] to the module's file, as `python -m` does.
         sys.argv = [program.target, *program.args]
         runpy.run_module(program.target, run_name="__main__", alter_sys=True)
 
 
+def _own_imports_first() -> None:
+    """What the runner imports later (on SIGTERM, at the end), imported now, while sys.path
+    holds only the standard library and kubeddp: a user's `json.py` beside their script must
+    not become the runner's. The program's own environment is what `python` would give it."""
+    if os.environ.pop(process_contract.ENV_SAFE_PATH_ADDED, None) == "1":
+        os.environ.pop(process_contract.ENV_SAFE_PATH, None)
+    for name in RUNNER_LATE_IMPORTS:
+        importlib.import_module(name)
+
+
 def run_program(program: Program) -> NoReturn:
     """Run the program in this process, then end the process with its exit code."""
     die_with_launcher()  # first: a launcher killed from now on takes the program with it
-    if os.environ.get(constants.ENV_SPAWNS_WORKERS) == "1":
+    _own_imports_first()
+    if program.mode == "executable":
+        _exec(program)
+    if os.environ.get(process_contract.ENV_SPAWNS_WORKERS) == "1":
         for name in TORCHRUN_WORKER_VARS:
             os.environ.pop(name, None)
+    elif os.environ.get("LOCAL_RANK") == "0":  # a program that spawns its own is named once
+        with contextlib.suppress(ValueError):
+            spawn_guard.install(program.shown, int(os.environ.get("WORLD_SIZE", "1")))
+    program_rendezvous.install()  # a tcp:// init, or a MASTER_PORT of the program's own
     stop_signal.install(_preempt_grace_seconds())
-    early_exit.note_start()
+    process_contract.note_start()
     program_watch.install()  # the heartbeat a stall report reads (no-op without diagnostics)
     try:
         _execute(program)
@@ -121,10 +156,21 @@ def run_program(program: Program) -> NoReturn:
     else:
         code = exit_codes.OK
     if code == exit_codes.OK:
-        early_exit.note_returned()  # a peer still running may fail because of it
+        process_contract.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
     _leave(code)
+
+
+def _exec(program: Program) -> NoReturn:
+    """torchrun's --no-python: the program replaces this process (its pid, so torchrun's
+    signals and the launcher's death reach it), and its exit code is the worker's."""
+    try:
+        os.execvp(program.target, [program.target, *program.args])
+    except OSError as exc:
+        _log(f"cannot run {program.target}: {exc.strerror}; exit code "
+             f"{exit_codes.describe(exit_codes.BAD_INPUT)}")  # fmt: skip
+        os._exit(exit_codes.BAD_INPUT)
 
 
 def _leave(code: int) -> NoReturn:
@@ -141,7 +187,9 @@ def _leave(code: int) -> NoReturn:
                 thread.join()
     atexit._run_exitfuncs()
     for obj in gc.get_objects():  # files the program left open, as their finalizers would
-        if isinstance(obj, io.IOBase):
+        # type(obj), not isinstance: isinstance reads obj.__class__, and a deprecated object
+        # (torch.distributed.reduce_op) warns on every attribute read
+        if issubclass(type(obj), io.IOBase):
             with contextlib.suppress(Exception):
                 if not obj.closed and obj.writable():
                     obj.flush()
@@ -155,8 +203,8 @@ def _leave(code: int) -> NoReturn:
 def parse(argv: list[str]) -> Program:
     if len(argv) < 2 or argv[0] not in MODES:
         raise SystemExit(
-            f"usage: python -m {RUNNER_MODULE} {{script PATH|module NAME}} [ARGS...]; "
-            "kubeddp launch --script/--module starts it"
+            f"usage: python -m {RUNNER_MODULE} {{script PATH|module NAME|executable PROG}} "
+            "[ARGS...]; kubeddp launch --script/--module starts it"
         )
     return Program(argv[0], argv[1], tuple(argv[2:]))
 

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kubeddp.trainer.process_contract import PHASE_CODE
 from kubeddp.trainer.worker import collectives
-from kubeddp.trainer.worker.heartbeat import PHASE_CODE, this_rank
+from kubeddp.trainer.worker.heartbeat import this_rank
 
 _STATE = {"reported": False, "steps": 0}
 

@@ -72,6 +72,10 @@ class Progress:
             self._window = (now, step)
             self._window_samples = 0
 
+    def eta_seconds(self, step: int) -> float:
+        """Seconds left after `step`, at the rate since the first step."""
+        return self._eta(self.clock(), step)
+
     def _eta(self, now: float, step: int) -> float:
         since, from_step = self._eta_from
         if step > from_step:

@@ -137,7 +137,8 @@ def requested() -> bool:
 
 
 def _grace_from_env() -> float:
-    from kubeddp.trainer.config import ConfigError, resolved_config
+    from kubeddp.trainer.config import ConfigError
+    from kubeddp.trainer.process_contract import resolved_config
 
     try:
         cfg = resolved_config(os.environ)

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kubeddp.trainer.common import this_pod
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
-from kubeddp.trainer.worker.heartbeat import Heartbeat, this_pod
+from kubeddp.trainer.worker.heartbeat import Heartbeat
 
 # Before a verdict the history must span this many steps and half the window: the first
 # steps after a start or a restart (warm-up, a checkpoint read) are not a node's speed.

@@ -149,7 +149,8 @@ the CPU default (env KUBEDDP_CPU_NPROC, else 1) */}}
 
 {{/* "true" when the training pods mount the checkpoint claim (templates/_storage.tpl) */}}
 {{- define "kubeddp.checkpointClaimMounted" -}}
-{{- if eq (include "kubeddp.checkpointStorage" .) "mount" }}true{{ end }}
+{{- $c := include "kubeddp.constants" . | fromYaml }}
+{{- if eq (include "kubeddp.checkpointStorage" .) $c.storage.mount }}true{{ end }}
 {{- end }}
 
 {{- define "kubeddp.restartPolicy" -}}

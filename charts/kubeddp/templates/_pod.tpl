@@ -22,14 +22,23 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* resources plus the GPU count in requests and limits */}}
+{{/* resources plus the GPU count in requests and limits; a GPU pod also requests
+requestsPerGpu x GPUs of the cpu and memory resources names neither as a request nor as a limit
+(without requests a pod is BestEffort, the first evicted) */}}
 {{- define "kubeddp.resources" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $resources := deepCopy .Values.resources }}
 {{- if gt (int .Values.gpusPerNode) 0 }}
-{{- $gpus := .Values.gpusPerNode | int | toString }}
+{{- $gpus := .Values.gpusPerNode | int }}
 {{- range $section := list "requests" "limits" }}
-{{- $_ := set $resources $section (merge (dict $c.gpuResource $gpus) (get $resources $section | default dict)) }}
+{{- $_ := set $resources $section (merge (dict $c.gpuResource (toString $gpus)) (get $resources $section | default dict)) }}
+{{- end }}
+{{- range $name, $perGpu := .Values.requestsPerGpu }}
+{{- $count := regexReplaceAll "[^0-9].*$" (toString ($perGpu | default "0")) "" | atoi }}
+{{- if and (gt $count 0) (not (hasKey $resources.requests $name)) (not (hasKey $resources.limits $name)) }}
+{{- $unit := regexReplaceAll "^[0-9]+" (toString $perGpu) "" }}
+{{- $_ := set $resources.requests $name (printf "%d%s" (mul $count $gpus) $unit) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- with $resources }}
@@ -45,10 +54,10 @@ annotations:
 {{- if include "kubeddp.checkpointClaimMounted" . }}
   persistentVolumeClaim:
     claimName: {{ include "kubeddp.checkpointClaimName" . }}
-{{- else if eq (include "kubeddp.checkpointStorage" .) "keeper" }}
+{{- else if include "kubeddp.checkpointKeeper" . }}
   emptyDir: {}  # filled from the checkpoint keeper at start, synced back while training
-{{- else if eq (include "kubeddp.checkpointStorage" .) "s3" }}
-  emptyDir: {}  # checkpoint.dir is s3://: scratch space only
+{{- else if include "kubeddp.objectStore" . }}
+  emptyDir: {}  # checkpoint.dir is in object storage: scratch space only
 {{- else }}
   emptyDir: {}  # checkpoints.lostOnRetry: gone with the pod
 {{- end }}
@@ -173,7 +182,8 @@ already, then extraEnv */}}
 {{- range .list }}{{ if eq .name $.name }}true{{ end }}{{ end }}
 {{- end }}
 
-{{/* dict "root" $ "env" DICT "envOrder" LIST */}}
+{{/* dict "root" $ "env" DICT "envOrder" LIST, optional "command" LIST (TrainJob: a runtime
+sets its own) */}}
 {{- define "kubeddp.container" -}}
 {{- $root := .root -}}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
@@ -181,6 +191,10 @@ already, then extraEnv */}}
 - name: {{ $k.container }}
   image: {{ include "kubeddp.image" $root }}
   imagePullPolicy: {{ include "kubeddp.pullPolicy" $root }}
+  {{- with .command }}
+  command:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   args:
     {{- include "kubeddp.args" $root | trim | nindent 4 }}
   {{- with (include "kubeddp.env" .) }}
@@ -216,7 +230,7 @@ the kubelet then skips the recursive chown of a large checkpoint volume at every
 {{- toYaml $context }}
 {{- end }}
 
-{{/* Pod placement shared by the pod spec and the TrainJob runtime patch */}}
+{{/* Pod placement: the training pods and the `helm test` pod */}}
 {{- define "kubeddp.placement" -}}
 {{- with .Values.nodeSelector }}
 nodeSelector:
@@ -232,7 +246,9 @@ affinity:
 {{- end }}
 {{- end }}
 
-{{/* dict "root" $ "env" ... "envOrder" ... "restartPolicy" P "subdomain" S "schedulerName" N */}}
+{{/* The pod of every kind: the PyTorchJob's replicas and the Indexed Job write it whole, a
+TrainJob splits it (_trainjob.tpl). dict "root" $ "env" ... "envOrder" ... "restartPolicy" P
+"subdomain" S "schedulerName" N "command" C */}}
 {{- define "kubeddp.podTemplate" -}}
 {{- $root := .root -}}
 metadata:

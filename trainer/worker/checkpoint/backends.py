@@ -1,12 +1,15 @@
-"""Which storage backend a checkpoint location names (s3://... or a local directory).
+"""Which storage backend a checkpoint location names (an object store's URL, or a directory).
 
 Kept apart from storage.py (the interface every backend imports), so that choosing a backend
-does not make the interface import its own implementations."""
+does not make the interface import its own implementations. The schemes and their backends are
+trainer/storage_rules.py's, which the chart reads too."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+from kubeddp.trainer import storage_rules
 from kubeddp.trainer.worker.checkpoint.storage import CheckpointError, CheckpointStorage
 
 
@@ -18,10 +21,10 @@ def storage_for(location: str | Path) -> CheckpointStorage:
             "checkpoint.dir is empty; set it to a directory that holds only checkpoints "
             "(e.g. /checkpoints), never the working directory"
         )
-    if text.startswith("s3://") or text.lower().startswith("s3:"):
-        from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
-
-        return S3Storage.from_url(text)
+    scheme = storage_rules.object_store(text)
+    if scheme:
+        module, _, name = storage_rules.OBJECT_STORES[scheme][0].partition(":")
+        return getattr(importlib.import_module(module), name).from_url(text)
     from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 
     return LocalStorage(location)

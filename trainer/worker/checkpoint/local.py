@@ -1,8 +1,11 @@
 """Checkpoints in a local directory (a PVC, a host path): the default backend.
 
 Layout: <dir>/ckpt-<step:08d>/{state.pt, config.yaml, COMPLETE}. A checkpoint is written into
-a temporary sibling directory, fsynced, marked COMPLETE, then renamed; readers only trust
-directories with the marker, so a kill at any moment leaves either the old or the new one.
+a temporary sibling directory, fsynced, marked COMPLETE (the marker lists each file's size and
+SHA-256 digests: trainer/checkpoint_digest.py), then renamed; readers only trust directories
+with the marker, so a kill at any moment leaves either the old or the new one. A step saved
+again moves the old one aside first (`.kubeddp-aside-<name>`) and removes it after the rename;
+a writer killed between the two renames leaves the aside, which the next writer puts back.
 Only global rank 0 writes (one writer per directory, held by lock.py's WriterLock).
 """
 
@@ -14,6 +17,8 @@ import stat
 from pathlib import Path
 from typing import IO
 
+from kubeddp.trainer.checkpoint_digest import FileDigest, HashingWriter, marker_text
+from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.worker.checkpoint.lock import WriterLock, check_directory
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
@@ -25,6 +30,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 )
 
 PROBE = ".kubeddp-probe"
+ASIDE_PREFIX = ".kubeddp-aside-"  # the previous save of a step, while the new one takes its name
 
 
 def _fsync_dir(path: Path) -> None:
@@ -35,13 +41,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, write: WriteBody) -> None:
+def _write_file(path: Path, write: WriteBody) -> FileDigest:
+    """Write, flush and fsync one file; what it holds, as the marker records it."""
     # O_EXCL|O_NOFOLLOW: a fresh file in our own temporary directory, never a link's target.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as f:
-        write(f)
+        hashed = HashingWriter(f)
+        write(hashed)  # type: ignore[arg-type] - a write-only binary stream
         f.flush()
         os.fsync(f.fileno())
+    return hashed.hasher.finish()
 
 
 def _free_space(root: Path) -> str:
@@ -75,7 +84,20 @@ class LocalStorage:
                 f"checkpoint.dir {self.root} cannot be written ({exc.strerror or exc}); mount a "
                 "writable volume there or set checkpoint.dir to a writable directory"
             ) from None
-        return self.lock.acquire()
+        warning = self.lock.acquire()
+        self.recover()
+        return warning
+
+    def recover(self) -> None:
+        """Put back a step's previous save that a writer killed between its two renames left
+        aside (the new one never took the name), or remove it (the new one did)."""
+        for aside in self.root.glob(ASIDE_PREFIX + "*"):
+            final = self.root / aside.name[len(ASIDE_PREFIX) :]
+            if final.exists() or final.is_symlink():
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.rename(aside, final)
+        _fsync_dir(self.root)
 
     def release(self) -> None:
         self.lock.release()
@@ -126,14 +148,13 @@ class LocalStorage:
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir()
-            for name, body in files.items():
-                _write_file(tmp / name, body)
-            _write_file(tmp / MARKER, lambda f: f.write(f"step={step}\n".encode()))
+            digests = {name: _write_file(tmp / name, body) for name, body in files.items()}
+            reached("save-files-written")
+            marker = marker_text(step, digests).encode()
+            _write_file(tmp / MARKER, lambda f: f.write(marker))
             _fsync_dir(tmp)
-            if final.exists():  # same step saved twice (e.g. end of epoch == max_steps)
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-            _fsync_dir(root)
+            reached("save-marked")
+            self._rename_into_place(tmp, final)
         except Exception as exc:
             # Any failure, not only OSError: torch's zip writer reports a full disk as a
             # RuntimeError. The half-written temporary goes at once (it may be as large as a
@@ -144,6 +165,20 @@ class LocalStorage:
                 "space and write permission of checkpoint.dir)"
             ) from exc
         return CheckpointRef(final, step, self)
+
+    def _rename_into_place(self, tmp: Path, final: Path) -> None:
+        """`tmp` becomes `final`; a previous save of the step (end of epoch == max_steps) is
+        moved aside first, so a kill between the renames leaves it for recover()."""
+        aside = self.root / f"{ASIDE_PREFIX}{final.name}"
+        if final.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+            os.rename(final, aside)
+            _fsync_dir(self.root)
+            reached("save-old-aside")
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+        reached("save-renamed")
+        shutil.rmtree(aside, ignore_errors=True)
 
     def delete(self, ref: CheckpointRef) -> None:
         shutil.rmtree(ref.path, ignore_errors=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import exit_codes, yaml_io
+from kubeddp.trainer import exit_codes, storage_rules, yaml_io
 from kubeddp.trainer.config import CheckpointConfig
 from kubeddp.trainer.worker.checkpoint import safety
 from kubeddp.trainer.worker.checkpoint.backends import storage_for
@@ -85,6 +85,7 @@ class CheckpointManager:
         self.claimed = False  # rank 0 holds checkpoint.dir as its writer
         self.stop_reason = STOP_NONE  # STOP_SAVE_FAILED once a save fails under policy "stop"
         self.final_failed = False
+        self.unreachable = False  # the last failed save found the storage unreachable
         self._apart_pending = False  # move another run's checkpoints aside at the first save
 
     # ---- save --------------------------------------------------------------------------
@@ -128,7 +129,8 @@ class CheckpointManager:
             saved = self._write(state.step, gathered, blocking)
             self.final_failed = final and not saved
         if final:
-            self.final_failed = bool(broadcast_object(self.final_failed))
+            failed, unreachable = broadcast_object((self.final_failed, self.unreachable))
+            self.final_failed, self.unreachable = bool(failed), bool(unreachable)
 
     def _write(self, step: int, gathered: dict[str, Any], blocking: bool) -> bool:
         """Rank 0: hand this step's state to the writer; False when the save failed."""
@@ -166,6 +168,7 @@ class CheckpointManager:
                 self._save_failed(exc)
 
     def _save_failed(self, exc: Exception) -> None:
+        self.unreachable = isinstance(exc, StorageUnreachable)  # throttled, endpoint down
         policy = self.settings.on_save_error
         self.log(f"[kubeddp] checkpoint save failed: {exc} (checkpoint.on_save_error={policy})")
         if policy == "stop":
@@ -180,6 +183,8 @@ class CheckpointManager:
                 "is not on disk; fix checkpoint.dir (space, permissions) and run again: it "
                 "resumes from the newest checkpoint"
             )
+        if self.final_failed and self.unreachable:  # not the run's fault: retried
+            return exit_codes.STORAGE_UNREACHABLE
         if self.stop_reason != STOP_NONE or self.final_failed:
             return exit_codes.TRAINING_FAILED
         return exit_codes.OK
@@ -284,7 +289,8 @@ class CheckpointManager:
             self._apart_pending = True
             return None
         where, step = found_at
-        ref = CheckpointRef(where if where.startswith("s3://") else Path(where), step, source)
+        local = storage_rules.is_directory(where)
+        ref = CheckpointRef(Path(where) if local else where, step, source)
         try:
             state: dict[str, Any] | None = loaded or load_state(ref)
         except Exception:  # noqa: BLE001 - this pod cannot see rank 0's disk; rank 0 sends it

@@ -91,7 +91,9 @@ class S3Storage:
         config = Config(
             connect_timeout=10,
             read_timeout=120,
-            retries={"max_attempts": 3, "mode": "standard"},
+            # standard mode: throttling (SlowDown, 503) and 5xx retried with exponential
+            # back-off and jitter (at most 20 s apart); then StorageUnreachable (retryable)
+            retries={"max_attempts": _max_attempts(), "mode": "standard"},
             s3={"addressing_style": "path"} if _endpoint() else None,
         )
         client = session.client(
@@ -143,6 +145,12 @@ class S3Storage:
             ) from None
         except self._errors.client as exc:
             code = exc.response.get("Error", {}).get("Code", "")
+            if _throttled(exc):
+                raise StorageUnreachable(
+                    f"checkpoint.dir {self.location}: {what} was refused as throttled or "
+                    f"unavailable ({code or _status(exc)}) {_max_attempts()} times with back-off; "
+                    "the pod is retried (raise the bucket's request rate or use another prefix)"
+                ) from None
             raise CheckpointError(
                 f"checkpoint.dir {self.location}: {what} failed ({code or reason(exc)}: "
                 f"{exc.response.get('Error', {}).get('Message', '')}); " + _advice(code)
@@ -154,8 +162,15 @@ class S3Storage:
 
     def prepare(self) -> str | None:
         self._call("the bucket check", self.client.head_bucket, Bucket=self.bucket)
-        key = self._key(PROBE)
-        self._call("a test write", self.client.put_object, Bucket=self.bucket, Key=key, Body=b"")
+        key, token = self._key(PROBE), os.urandom(16).hex().encode()
+        self._call("a test write", self.client.put_object, Bucket=self.bucket, Key=key, Body=token)
+        got = self._call("a test read", self._read_back, key=key)
+        if got != token:
+            raise CheckpointError(
+                f"checkpoint.dir {self.location}: the endpoint {self.client.meta.endpoint_url} "
+                f"answered the test read with {_what(got)} instead of the object just written; "
+                "AWS_ENDPOINT_URL must be the S3 API's address (not a console's or a web page's)"
+            )
         self._call("a test delete", self.client.delete_object, Bucket=self.bucket, Key=key)
         # Says "this prefix is kubeddp's" (what the lock file says on a disk; safety.py).
         self.write_note(OWNER_NOTE, "checkpoints written by kubeddp\n")
@@ -163,6 +178,9 @@ class S3Storage:
 
     def release(self) -> None:
         return None
+
+    def _read_back(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read(4096)
 
     def top_names(self) -> list[str]:
         return sorted(self._call("listing", self._groups))
@@ -214,7 +232,8 @@ class S3Storage:
             )
         except Exception as exc:
             self._remove_quietly(name)
-            raise CheckpointError(
+            retry = isinstance(exc, self._errors.unreachable) or _throttled(exc)
+            raise (StorageUnreachable if retry else CheckpointError)(
                 f"cannot write checkpoint {ref.path}: {reason(exc)} (check the endpoint, the "
                 "bucket's permissions and quota)"
             ) from exc
@@ -272,6 +291,37 @@ class S3Storage:
             Key=self._key(name),
             Body=text.encode(),
         )
+
+
+# Answers that say "later", not "no": retried with back-off, then retryable (202)
+THROTTLED = frozenset((
+    "SlowDown", "ServiceUnavailable", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+    "TooManyRequests", "RequestThrottled", "RequestThrottledException", "InternalError",
+))  # fmt: skip
+DEFAULT_ATTEMPTS = 10
+
+
+def _max_attempts() -> int:
+    """AWS_MAX_ATTEMPTS as botocore reads it, else 10 tries (about 2 minutes of back-off)."""
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_ATTEMPTS
+
+
+def _status(exc: BaseException) -> int:
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _throttled(exc: BaseException) -> bool:
+    response = getattr(exc, "response", None) or {}
+    code = response.get("Error", {}).get("Code", "")
+    return code in THROTTLED or _status(exc) in (429, 500, 502, 503, 504)
+
+
+def _what(body: bytes) -> str:
+    if b"<html" in body[:1024].lower() or b"<!doctype html" in body[:1024].lower():
+        return "an HTML page"
+    return f"{len(body)} other bytes"
 
 
 def _advice(code: str) -> str:

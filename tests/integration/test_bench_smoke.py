@@ -1,4 +1,5 @@
-"""The bench machinery on a tiny size, so `make bench` does not rot between releases.
+"""The bench machinery on a tiny size, so `make bench` does not rot between releases: the
+overhead benchmark and the GPU bench (on the CPU) run their real processes.
 
 No timing is asserted: only that each piece runs and produces well-formed ratios.
 """
@@ -11,27 +12,8 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from kubeddp.trainer.workloads.charlm import VOCAB_SIZE, CharGPT
 from tests.bench.common import REPO_ROOT
-from tests.bench.gpu_flops import charlm_train_flops_per_token, measure_matmul_peak
-
-
-def test_flops_formula_counts_every_matmul_weight_of_the_real_model() -> None:
-    n_layer, n_embd, seq_len = 2, 64, 32
-    model = CharGPT(VOCAB_SIZE, seq_len, n_layer, 4, n_embd, 0.0)
-    linear_weights = sum(
-        m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
-    )
-    attention = 4 * n_layer * seq_len * n_embd  # scores + weighted sum, forward, per token
-    expected = 3 * (2 * linear_weights + attention)
-    assert charlm_train_flops_per_token(n_layer, n_embd, seq_len, VOCAB_SIZE) == expected
-
-
-def test_matmul_peak_runs_on_cpu() -> None:
-    peak = measure_matmul_peak(torch.device("cpu"), torch.float32, n=64, iters=2)
-    assert math.isfinite(peak) and peak > 0
 
 
 @pytest.mark.timeout(300)
