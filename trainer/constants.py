@@ -55,8 +55,6 @@ ENV_SUMMARY_FILE = "KUBEDDP_SUMMARY_FILE"
 # Metrics (trainer/worker/metrics.py, trainer/launcher/metrics_server.py)
 ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after training ends
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
-# Rank 0's network check results, in that directory; launch serves them (network_metrics.py)
-NETWORK_CHECK_FILE = "network-check.json"
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
 # The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kubeddp.trainer import process_contract
 from kubeddp.trainer.launcher.network_metrics import NetworkCheckCollector
 from kubeddp.trainer.worker.netcheck_plan import (
     GB,
@@ -119,9 +120,13 @@ def _scrape(directory: Path) -> dict:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def test_the_results_reach_metrics_as_documented(tmp_path: Path) -> None:
+def test_the_results_reach_metrics_as_documented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert _scrape(tmp_path) == {}  # no check on this pod: no series
-    write_results(_result(), tmp_path / "network-check.json")
+    # where the worker writes them: the metrics directory launch names in its environment
+    monkeypatch.setenv(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR, str(tmp_path))
+    write_results(_result())
     families = _scrape(tmp_path)
     documented = metric_rows("Network check")
     assert {name: (f.type, {k for s in f.samples for k in s.labels}) for name, f in

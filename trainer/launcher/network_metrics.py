@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer.constants import NETWORK_CHECK_FILE
+from kubeddp.trainer.process_contract import NETWORK_CHECK_FILE
 
 PAIR_LABELS = ["pod_a", "node_a", "pod_b", "node_b"]
 

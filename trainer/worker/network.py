@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, process_contract
 from kubeddp.trainer.config import NetworkConfig
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
 from kubeddp.trainer.worker.nccl_log import NcclTransport
@@ -126,10 +126,10 @@ def _log_warnings(gathered: list[tuple[Member, NcclTransport, str | None]], log:
 
 
 def results_path(env: Mapping[str, str] = os.environ) -> Path | None:
-    directory = env.get(constants.ENV_PROMETHEUS_MULTIPROC_DIR)
+    directory = env.get(process_contract.ENV_PROMETHEUS_MULTIPROC_DIR)
     if not directory or not os.path.isdir(directory):
         return None
-    return Path(directory) / constants.NETWORK_CHECK_FILE
+    return Path(directory) / process_contract.NETWORK_CHECK_FILE
 
 
 def write_results(check: CheckResult | None, path: Path | None = None) -> None:
