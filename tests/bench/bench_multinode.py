@@ -115,7 +115,7 @@ def _arm(
 def network_check_line(work: Path, tag: str) -> str:
     """What kubeddp's network check printed in the run `tag` (rank 0's log, node 0)."""
     text = (work / f"{tag}.node0.log").read_text(errors="replace")
-    found = re.search(r"\[kubeddp\] network check \((.*)", text)
+    found = re.search(r"\[kubeddp\] network check (\(.*)", text)
     return found.group(1) if found else "no network check line"
 
 
