@@ -2,6 +2,7 @@
 #
 #   docker build -t kubeddp:cuda .                                  # GPU: torch's CUDA wheels
 #   docker build -t kubeddp:cpu --build-arg VARIANT=cpu .           # CPU: PyTorch CPU index
+#   docker build -t kubeddp:efa --build-arg VARIANT=efa .           # GPU + AWS EFA (libfabric, OFI plugin)
 #
 # Offline builds: put wheels in wheels/ and pass --build-arg PIP_OFFLINE=1.
 # Behind a TLS-intercepting proxy: --build-arg CA_BUNDLE=path/in/context/ca.pem.
@@ -28,8 +29,8 @@ COPY wheels/ ${CA_BUNDLE:-wheels/.gitkeep} /tmp/build-inputs/
 ENV PIP_CONFIG_FILE=/tmp/build-inputs/pip.conf
 RUN case "${VARIANT}" in \
       cpu) torch_index="${TORCH_CPU_INDEX_URL}" ;; \
-      cuda) torch_index="${PIP_INDEX_URL}" ;; \
-      *) echo "VARIANT=${VARIANT} is not supported: use --build-arg VARIANT=cuda or VARIANT=cpu" >&2; exit 2 ;; \
+      cuda|efa) torch_index="${PIP_INDEX_URL}" ;; \
+      *) echo "VARIANT=${VARIANT} is not supported: use --build-arg VARIANT=cuda, VARIANT=efa or VARIANT=cpu" >&2; exit 2 ;; \
     esac; \
     { echo "[global]"; \
       echo "no-cache-dir = true"; \
@@ -49,7 +50,7 @@ RUN case "${VARIANT}" in \
 # set is complete. Then kubeddp itself without dependencies.
 COPY requirements/image.lock /tmp/deps/
 RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/deps/image.lock; \
-    if [ "${VARIANT}" = cuda ]; then \
+    if [ "${VARIANT}" != cpu ]; then \
       /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}"; \
     fi; \
     rm -rf /tmp/deps
@@ -71,11 +72,14 @@ ARG VARIANT
 SHELL ["/bin/bash", "-e", "-o", "pipefail", "-c"]
 # tini as PID 1 forwards SIGTERM to the launcher and reaps orphans; most bases lack it. The CUDA
 # image also needs a C compiler and Python's headers: Triton (torch.compile on CUDA) builds its
-# kernel launchers with them at run time.
+# kernel launchers with them at run time. And rdma-core's userspace (libibverbs with its
+# providers, librdmacm), which NCCL's InfiniBand/RoCE transport opens at start: without it NCCL
+# uses TCP sockets between nodes even where the pod has RDMA devices (docs/network.md).
 # hadolint ignore=DL3008
 RUN packages=(); \
     command -v tini > /dev/null || packages+=(tini); \
-    if [ "${VARIANT}" = cuda ]; then \
+    if [ "${VARIANT}" != cpu ]; then \
+      packages+=(libibverbs1 ibverbs-providers librdmacm1); \
       command -v gcc > /dev/null || packages+=(gcc libc6-dev); \
       python3 -c 'import pathlib, sys, sysconfig; sys.exit(not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file())' \
         || packages+=(python3-dev); \
@@ -97,7 +101,7 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.wh
     rm -rf /tmp/dist; \
     /opt/venv/bin/pip check; \
     /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli"; \
-    if [ "${VARIANT}" = cuda ]; then \
+    if [ "${VARIANT}" != cpu ]; then \
       /opt/venv/bin/python -c "import sys, torch; from kubeddp.trainer.worker.compiled import missing_build_tools; missing = missing_build_tools(torch.device('cuda')); sys.exit(missing and f'the CUDA image lacks {missing}')"; \
     fi
 
@@ -119,6 +123,40 @@ ENTRYPOINT ["tini", "--", "kubeddp", "launch"]
 CMD []
 
 FROM runtime AS runtime-cuda
+
+# The EFA variant: the CUDA image plus AWS's EFA userspace for NCCL on EFA (p4d, p5, p5en, ...):
+# libfabric with the efa provider, AWS's rdma-core build (it replaces Debian's), and the AWS OFI
+# NCCL plugin, all from one EFA installer release, the way AWS's own images install it (no
+# kernel module, no limits file, no device check: a container has none of them). The tarball
+# is pinned by sha256. Open MPI is left out: torchrun starts the processes.
+FROM runtime AS runtime-efa
+ARG VARIANT
+ARG EFA_INSTALLER_VERSION=1.50.0
+ARG EFA_INSTALLER_SHA256=fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841
+SHELL ["/bin/bash", "-e", "-o", "pipefail", "-c"]
+USER 0
+# A builder without BuildKit builds every stage: this one does nothing unless VARIANT=efa.
+# The plugin links hwloc (aws-ofi-nccl's README: libfabric and hwloc are its dependencies).
+# hadolint ignore=DL3008
+RUN if [ "${VARIANT}" != efa ]; then exit 0; fi; \
+    mkdir -p /tmp/efa; \
+    /opt/venv/bin/python -c "import hashlib, sys, urllib.request; url, path, want = sys.argv[1:]; urllib.request.urlretrieve(url, path); got = hashlib.sha256(open(path, 'rb').read()).hexdigest(); sys.exit(None if got == want else f'{url}: sha256 {got}, expected {want}')" \
+      "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" \
+      /tmp/efa/installer.tar.gz "${EFA_INSTALLER_SHA256}"; \
+    tar -xzf /tmp/efa/installer.tar.gz -C /tmp/efa; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libhwloc15; \
+    env -C /tmp/efa/aws-efa-installer ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --skip-mpi; \
+    rm -rf /tmp/efa /var/lib/apt/lists/*; \
+    plugin="$(find /opt/amazon -name libnccl-net.so -print -quit)"; \
+    test -n "${plugin}" || { echo "the EFA installer left no libnccl-net.so under /opt/amazon" >&2; exit 1; }; \
+    ln -s "$(dirname "${plugin}")" /opt/amazon/ofi-nccl-lib; \
+    missing="$(LD_LIBRARY_PATH=/opt/amazon/ofi-nccl-lib:/opt/amazon/efa/lib ldd "${plugin}" | grep 'not found' | grep -v libcuda || true)"; \
+    test -z "${missing}" || { echo "the NCCL net plugin misses: ${missing}" >&2; exit 1; }
+# NCCL opens the plugin (libnccl-net.so) and the plugin libfabric on this path. Every library
+# they need is in the image but the driver's libcuda, which the NVIDIA runtime mounts.
+ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl-lib:/opt/amazon/efa/lib
+USER 1000:1000
 
 FROM runtime AS runtime-cpu
 # A bare `docker run` of the CPU image trains with 2 workers (nproc auto -> this count).

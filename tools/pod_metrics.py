@@ -1,4 +1,5 @@
-"""What `kubeddp status` reads from the job's pods' /metrics: progress, ETA and loss.
+"""What `kubeddp status` reads from the job's pods' /metrics: progress, ETA and loss; the
+transport NCCL chose and the network check.
 
 The endpoint is reached through the API server's pod proxy
 (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/metrics`, RBAC `get pods/proxy`, in
@@ -21,6 +22,7 @@ from kubeddp.tools import k8s_names as names
 from kubeddp.tools.kube import Cluster, KubeError, object_path
 from kubeddp.tools.resources import POD
 from kubeddp.trainer import constants
+from kubeddp.trainer.worker.netcheck_plan import rate, size_text
 
 READ_SECONDS = 5  # one pod's /metrics; a pod that does not answer is named, not waited for
 PARALLEL_READS = 8
@@ -149,8 +151,40 @@ def _pod_progress_line(metrics: PodMetrics) -> str | None:
     return f"metrics: {progress_text(found)}" if found else None
 
 
+def _pod_network_line(metrics: PodMetrics) -> str | None:
+    """The transport NCCL chose (kubeddp_info's labels; empty on gloo) and, on rank 0's pod,
+    the latest network check: its largest all-reduce and the slowest node pair."""
+    parts = []
+    info = next((labels for name, labels, _ in metrics.samples if name == "kubeddp_info"), {})
+    if info.get("transport"):
+        where = info.get("transport_interfaces", "")
+        inside = info.get("intra_node_transport", "")
+        parts.append(
+            f"transport {info['transport']}" + (f" ({where})" if where else "")
+            + (f", {inside} inside the node" if inside else "")
+        )  # fmt: skip
+    bus = {
+        int(labels["message_bytes"]): value
+        for name, labels, value in metrics.samples
+        if name == "kubeddp_network_bus_bandwidth_bytes_per_second" and "message_bytes" in labels
+    }
+    if bus:
+        size = max(bus)
+        parts.append(f"check: all-reduce bus bandwidth {rate(bus[size])} at {size_text(size)}")
+    for name, labels, value in metrics.samples:
+        if name == "kubeddp_network_slowest_link_bandwidth_bytes_per_second":
+            pair = f"{labels.get('pod_a')} ({labels.get('node_a')}) <-> {labels.get('pod_b')} "
+            pair += f"({labels.get('node_b')})"
+            slow = metrics.values("kubeddp_network_slow_link")
+            verdict = (
+                f", {slow[0]:.1f}x below the median (slow link)" if slow and slow[0] > 0 else ""
+            )
+            parts.append(f"slowest node pair {pair} {rate(value)}{verdict}")
+    return "network: " + "; ".join(parts) if parts else None
+
+
 # Lines under each pod, from its own /metrics.
-POD_LINES: list[Callable[[PodMetrics], str | None]] = [_pod_progress_line]
+POD_LINES: list[Callable[[PodMetrics], str | None]] = [_pod_progress_line, _pod_network_line]
 
 
 def job_progress(read: MetricsRead) -> dict[str, Any] | None:

@@ -231,6 +231,34 @@ class DDPConfig:
     find_unused_parameters: bool = setting(
         False, "for models that skip parameters in some steps (slower)"
     )
+    comm_hook: str = setting(
+        "none",
+        "send less per gradient all-reduce: `none` (DDP's own, full precision), `bf16` or "
+        "`fp16` (half the bytes), `powersgd` (low-rank factors, with error feedback; see "
+        "docs/network.md)",
+        choices=("none", "bf16", "fp16", "powersgd"),
+    )
+    powersgd_rank: int = setting(
+        1,
+        "`powersgd`: rank of each gradient's approximation (1-4 typical; higher sends more and "
+        "loses less)",
+        minimum=1,
+        maximum=1024,
+    )
+    powersgd_start_step: int = setting(
+        1000,
+        "`powersgd`: optimizer steps of plain all-reduce before compression starts (PyTorch "
+        "suggests ~10% of the run; at least 2)",
+        minimum=2,
+        maximum=MAX_COUNT,
+    )
+    powersgd_min_compression: float = setting(
+        2.0,
+        "`powersgd`: a matrix is compressed only when its factors are this many times smaller; "
+        "the rest (biases, small layers) go as they are",
+        above=0.0,
+        maximum=1e6,
+    )
     startup_timeout_seconds: float = setting(
         1800.0,
         "process-group start and every collective before the first step (pods start minutes "
@@ -371,6 +399,43 @@ class DiagnosticsConfig:
 
 
 @dataclass
+class NetworkConfig:
+    check: str = setting(
+        "auto",
+        "the network check before training: `auto` (on when the job spans several nodes), "
+        "`on`, `off`, or `only` (check, then exit without training: a network test of a job's "
+        "pods). It reports the job's all-reduce bus bandwidth and names the slowest node pair",
+        choices=("auto", "on", "off", "only"),
+    )
+    check_seconds: float = setting(
+        5.0,
+        "time the check aims to take; each measurement runs at least once, so a very slow "
+        "network can take longer",
+        above=0.0,
+        maximum=600.0,
+    )
+    check_max_mb: float = setting(
+        64.0,
+        "largest message of the check in MiB: all-reduces of 1/64, 1/8 and all of it, and "
+        "node-to-node exchanges of it",
+        above=0.0,
+        maximum=16384.0,
+    )
+    slow_factor: float = setting(
+        1.5,
+        "a node pair whose bandwidth is this many times below the median of all pairs is named "
+        "slow (with 3 or more nodes)",
+        above=1.0,
+        maximum=1000.0,
+    )
+    transport_report: bool = setting(
+        True,
+        "on NCCL, read the transport NCCL chose from its own log: NCCL_DEBUG=INFO into a "
+        "private file, unless you set NCCL_DEBUG yourself",
+    )
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -379,6 +444,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     retries: RetriesConfig = field(default_factory=RetriesConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

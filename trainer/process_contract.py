@@ -14,7 +14,9 @@ other's for it (tests/lint/test_process_contract.py):
   write its flight recorder to `rank-N.fr.json` (worker/flight_recorder.py answers);
 - the early-exit marker a worker of a user's program leaves when it returns 0;
 - rank 0's progress record for a TrainJob's status (worker/status_feed.py writes it,
-  launcher/trainjob_status.py posts it to Kubeflow Trainer).
+  launcher/trainjob_status.py posts it to Kubeflow Trainer);
+- rank 0's network check results (worker/network.py writes them, launcher/network_metrics.py
+  serves them on /metrics).
 
 Files live in the directories launch names in the environment; every name here is part of the
 contract, so changing one changes both sides at once.
@@ -49,6 +51,8 @@ ENV_DIAG_DIR = "KUBEDDP_DIAG_DIR"  # the ranks' heartbeat records (no diagnostic
 # prometheus_client's own variable: the workers' metric files, which launch serves merged
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
+# Rank 0's network check results, JSON, in the ENV_PROMETHEUS_MULTIPROC_DIR directory
+NETWORK_CHECK_FILE = "network-check.json"
 ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's: its flight recorder is on (stall watch)
 # Set by launch for its workers: Python's PYTHONSAFEPATH, which keeps the working directory
 # (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.

@@ -53,8 +53,23 @@ log "5. a tutorial-style mp.spawn script on one GPU (NCCL), through kubeddp"
 timeout 120 kubeddp train --script tests/tutorial_scripts/spawn_multigpu.py -- 4 2 --world-size 1 --snapshot /tmp/spawn.pt \
   >"$OUT/spawn.log" 2>&1; echo "spawn exit=$?" | tee -a "$OUT/summary.txt"; tail -3 "$OUT/spawn.log" | tee -a "$OUT/summary.txt"
 
-if [ "${GPU_BENCH:-1}" = 1 ]; then  # GPU_BENCH=0: the checks only (about 2 minutes)
-  log "6. GPU bench (kubeddp vs hand-written loop, bf16/fp32, compile, MFU)"
+log "6. network: the transport NCCL chose (its INFO log, read by kubeddp), the network check alone, the comm hooks"
+timeout 120 kubeddp train --nproc 1 --set network.check=only --set metrics.enabled=false \
+  >"$OUT/netcheck.log" 2>&1; echo "network.check=only exit=$?" | tee -a "$OUT/summary.txt"
+grep -E "NCCL transport|network check|warning: NCCL" "$OUT/netcheck.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+cat /tmp/kubeddp-nccl-*/nccl.log 2>/dev/null | grep -E "Using network|NET/IB|NET/Socket|NET/OFI|NET/Plugin|via " | head -12 >"$OUT/nccl-init-lines.txt"
+echo "NCCL's own init lines (the formats tests/unit/nccl_logs/ are written in):" | tee -a "$OUT/summary.txt"
+tee -a "$OUT/summary.txt" <"$OUT/nccl-init-lines.txt"
+for hook in bf16 powersgd; do
+  timeout 120 kubeddp train --nproc 1 --set ddp.comm_hook=$hook --set ddp.powersgd_start_step=10 \
+    --set train.max_steps=40 --set checkpoint.dir=/tmp/ck-hook-$hook --set checkpoint.resume=never \
+    --set metrics.enabled=false >"$OUT/hook-$hook.log" 2>&1
+  echo "comm_hook=$hook exit=$?" | tee -a "$OUT/summary.txt"
+  grep -E "NCCL transport|^done:|kubeddp: error" "$OUT/hook-$hook.log" | tail -2 | cut -c1-400 | tee -a "$OUT/summary.txt"
+done
+
+if [ "${GPU_BENCH:-1}" = 1 ]; then  # GPU_BENCH=0: the checks only (about 3 minutes)
+  log "7. GPU bench (kubeddp vs hand-written loop, bf16/fp32, compile, MFU)"
   timeout 240 python3 -m tests.bench.gpu --budget "${GPU_BUDGET:-150}" --out "$OUT/gpu.json" >"$OUT/bench.log" 2>&1
   echo "bench exit=$?" | tee -a "$OUT/summary.txt"; tail -30 "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 fi

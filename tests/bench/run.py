@@ -1,6 +1,6 @@
 """Run every benchmark and write bench-results/report.md and report.json.
 
-python -m tests.bench.run            # full: ~10-15 min on 2 cores
+python -m tests.bench.run            # full: ~15-20 min on 2 cores (the multinode section: root)
 python -m tests.bench.run --quick    # fewer repeats and knobs: a few minutes
 python -m tests.bench.run --tiny     # seconds; only proves the machinery works
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.bench import bench_comm, bench_keeper, bench_trainer, bench_tuning, gpu
+from tests.bench import bench_comm, bench_keeper, bench_multinode, bench_trainer, bench_tuning, gpu
 from tests.bench.bench_trainer import CharLM, safely
 from tests.bench.common import REPO_ROOT, Row, not_measured
 from tests.bench.report import write_report
@@ -27,6 +27,7 @@ SECTIONS = (
     "startup",
     "scaling",
     "communication",
+    "multinode",
     "tuning",
     "gpu",
     "checkpoint",
@@ -51,6 +52,9 @@ class Sizes:
     scaling_reps: int
     comm_sizes_mb: tuple[float, ...]
     comm_iters: int
+    multinode_steps: int
+    multinode_reps: int
+    multinode_rate: str  # the tc rate of each node's link: communication costs as much as compute
     tuning_steps: int
     tuning_reps: int
     quick_knobs: bool
@@ -80,6 +84,9 @@ MODES = {
         scaling_reps=2,
         comm_sizes_mb=(1, 16, 64),
         comm_iters=10,
+        multinode_steps=40,
+        multinode_reps=3,
+        multinode_rate="200mbit",
         tuning_steps=30,
         tuning_reps=2,
         quick_knobs=False,
@@ -99,6 +106,9 @@ MODES = {
         scaling_reps=1,
         comm_sizes_mb=(1, 16, 64),
         comm_iters=5,
+        multinode_steps=30,
+        multinode_reps=1,
+        multinode_rate="200mbit",
         tuning_steps=25,
         tuning_reps=1,
         quick_knobs=True,
@@ -121,6 +131,9 @@ MODES = {
         scaling_reps=1,
         comm_sizes_mb=(0.25,),
         comm_iters=2,
+        multinode_steps=8,
+        multinode_reps=1,
+        multinode_rate="200mbit",
         tuning_steps=8,
         tuning_reps=1,
         quick_knobs=True,
@@ -251,6 +264,19 @@ def run_all(mode: str, sections: tuple[str, ...], work: Path, log) -> list[Row]:
             s.comm_iters,
             s.compute_model,
             max(2, s.comm_iters),
+            s.timeout,
+        )
+    if "multinode" in sections:
+        log(f"multinode: 2 network-namespace nodes, link {s.multinode_rate}, alternating arms")
+        rows += safely(
+            "across nodes",
+            "2 nodes over a shaped link",
+            bench_multinode.bench_multinode,
+            work / "multinode",
+            s.compute_model,
+            s.multinode_steps,
+            s.multinode_reps,
+            s.multinode_rate,
             s.timeout,
         )
     if "tuning" in sections:

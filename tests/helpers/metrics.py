@@ -77,6 +77,16 @@ def documented_tables() -> list[dict[str, tuple[str, set[str]]]]:
     return tables
 
 
+def metric_rows(section: str) -> dict[str, tuple[str, set[str]]]:
+    """Every table row under the heading `section`: name -> (type, label names)."""
+    rows = {}
+    for line in doc_section(METRICS_PAGE, section).splitlines():
+        row = ROW.match(line)
+        if row:
+            rows[row.group(1)] = (row.group(2), set(re.findall(r"`(\w+)`", row.group(3))))
+    return rows
+
+
 def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
     out = {}
     for family in exported_families(tmp_path):

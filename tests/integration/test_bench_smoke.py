@@ -53,3 +53,25 @@ def test_gpu_bench_cpu_tiny_runs_kubeddp_and_the_hand_written_loop(tmp_path) -> 
     ratio = next(r for r in report["rows"] if r["name"].endswith("hand-written loop, eager bf16"))
     assert math.isfinite(ratio["ratio"]) and ratio["ratio"] > 0
     assert "kubeddp, eager, bf16" in proc.stdout and "x hand-written" in proc.stdout
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(600)
+def test_tiny_multinode_run_measures_every_arm_across_two_namespace_nodes(tmp_path) -> None:
+    """Two network-namespace nodes on a tc-shaped link: every arm runs for real (a failed one
+    would be a 'not measured' row with no ratio) and kubeddp's network check line is kept."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "tests.bench.run", "--tiny", "--only", "multinode"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=580
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    assert {row["section"] for row in rows} == {"across nodes"}, rows
+    # defaults, best hook and the other hook vs the loop; 3 scaling efficiencies
+    assert len(rows) == 6, [(row["name"], row["note"]) for row in rows]
+    for row in rows:
+        assert row["ratio"] is not None, row["note"]
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+    defaults = next(row for row in rows if row["name"].startswith("kubeddp defaults /"))
+    assert "2 ranks on 2 nodes): all-reduce bus bandwidth" in defaults["note"], defaults["note"]

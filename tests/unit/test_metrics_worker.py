@@ -86,7 +86,7 @@ def test_two_ranks_sum_into_one_pod_view(tmp_path: Path) -> None:
     assert out[("kubeddp_checkpoint_save_duration_seconds_count", ())] == 2
     assert out[("kubeddp_last_checkpoint_timestamp_seconds", ())] == 1025
     info = [dict(labels) for (name, labels) in out if name == "kubeddp_info"]
-    # A CPU run: the GPU stack's labels are there, empty.
+    # A CPU run: the GPU stack's and NCCL transport's labels are there, empty.
     assert info == [
         {
             "backend": "gloo",
@@ -96,6 +96,9 @@ def test_two_ranks_sum_into_one_pod_view(tmp_path: Path) -> None:
             "cuda_version": "",
             "nccl_version": "",
             "driver_version": "",
+            "transport": "",
+            "transport_interfaces": "",
+            "intra_node_transport": "",
         }
     ]
     assert not [key for key in out if "pid" in dict(key[1])], "a sample carries a pid label"

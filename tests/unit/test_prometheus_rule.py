@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers.chart import chart
-from tests.helpers.metrics import documented_tables
+from tests.helpers.metrics import documented_tables, metric_rows
 
 pytestmark = pytest.mark.timeout(120)
 PROMTOOL = shutil.which("promtool")
@@ -57,6 +57,11 @@ SERIES = [
     _s("kubeddp_nonfinite_step", POD0, "-1x20 37x20", rank="0"),
     _s("kubeddp_nonfinite_step", POD1, "-1x40", rank="1"),
 ]
+PAIR = {"pod_a": POD0, "node_a": "gpu-b", "pod_b": POD1, "node_b": "gpu-c"}
+NETWORK_SERIES = [
+    # the check at minute 0 found no slow link; the one after a restart at minute 25 did
+    _s("kubeddp_network_slow_link", POD0, "0x25 6.8x15", **PAIR),
+]
 RESTART_SERIES = [
     # pod 0 restarts at minutes 35 and 50 and never gets past step 100; pod 1 progresses
     _s("kubeddp_worker_restarts_total", POD0, "0x35 1x15 2x20"),
@@ -73,6 +78,12 @@ CASES = [
     ("KubeddpStraggler", "17m", [_alert(POD1, "warning", "2.1", rank="1")]),
     ("KubeddpNonFiniteLoss", "15m", []),
     ("KubeddpNonFiniteLoss", "21m", [_alert(POD0, "critical", "37", rank="0")]),
+    ("KubeddpSlowNetworkLink", "20m", []),
+    (
+        "KubeddpSlowNetworkLink",
+        "26m",
+        [{"exp_labels": {"namespace": NS, "severity": "warning", **PAIR}, "value": "6.8"}],
+    ),
     ("KubeddpRestartsWithoutProgress", "30m", []),
     ("KubeddpRestartsWithoutProgress", "65m", [_alert(POD0, "warning")]),
 ]
@@ -95,7 +106,7 @@ def test_each_alert_fires_on_the_series_kubeddp_exports(tmp_path: Path) -> None:
     spec = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": SERIES + RESTART_SERIES,
+        "tests": [{"interval": "1m", "input_series": SERIES + NETWORK_SERIES + RESTART_SERIES,
                    "alert_rule_test": tests}],
     }  # fmt: skip
     test_file = tmp_path / "test.yaml"
@@ -118,6 +129,7 @@ def _annotations(rule: dict, name: str, labels: dict, value: str) -> dict:
 
 def test_the_rules_use_only_series_kubeddp_exports() -> None:
     exported = set(documented_tables()[0]) | set(documented_tables()[2])
+    exported |= set(metric_rows("Network check"))
     text = yaml.safe_dump(_rule()["spec"])
     used = set(re.findall(r"\b(kubeddp_[a-z_]+)\b", text))
     assert used and used <= exported, used - exported

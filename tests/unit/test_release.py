@@ -1,6 +1,7 @@
 """One version for every artifact, and a release workflow that publishes what the chart and
-the README point at: the images at ghcr.io/kubeddp/kubeddp:VERSION (CUDA) and :VERSION-cpu, the
-chart at the same version, the wheel on PyPI; `helm package` makes kubeddp-VERSION.tgz."""
+the README point at: the images at ghcr.io/kubeddp/kubeddp:VERSION (CUDA), :VERSION-efa and
+:VERSION-cpu, the chart at the same version, the wheel on PyPI; `helm package` makes
+kubeddp-VERSION.tgz."""
 
 from __future__ import annotations
 
@@ -41,7 +42,11 @@ def test_the_chart_defaults_to_the_image_the_workflow_pushes() -> None:
     assert VALUES["image"]["tag"] == ""  # = appVersion = the release's version
     matrix = WORKFLOW["jobs"]["images"]["strategy"]["matrix"]["include"]
     shapes = {row["variant"]: (row["platforms"], row["suffix"]) for row in matrix}
-    assert shapes == {"cuda": ("linux/amd64", ""), "cpu": ("linux/amd64,linux/arm64", "-cpu")}
+    assert shapes == {
+        "cuda": ("linux/amd64", ""),
+        "efa": ("linux/amd64", "-efa"),
+        "cpu": ("linux/amd64,linux/arm64", "-cpu"),
+    }
     makefile = (REPO / "Makefile").read_text()
     assert f"IMAGE ?= {WORKFLOW['env']['IMAGE']}" in makefile
     assert "-t $(IMAGE):$(VERSION) ." in makefile and "-t $(IMAGE):$(VERSION)-cpu" in makefile

@@ -121,12 +121,14 @@ def start_pod_metrics(
             raise MetricsSetupError(str(exc)) from None
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from kubeddp.trainer.launcher.network_metrics import NetworkCheckCollector
     from kubeddp.trainer.worker.metrics import tolerant_collector
 
     # Named for this launch; what a killed launch left is swept here.
     directory = str(scratch.owned_dir(constants.METRICS_DIR_PREFIX))
     registry = CollectorRegistry()
     tolerant_collector(registry, directory)  # a worker's half-written file: skipped
+    registry.register(NetworkCheckCollector(directory))  # rank 0's latest network check
     try:
         server, _ = start_http_server(port, addr=bind, registry=registry)
     except OSError as exc:

@@ -54,19 +54,13 @@ def install(hb: Heartbeat) -> None:
             setattr(dist, name, _counted(original, op))
 
 
-def watch_ddp(model: Any, hb: Heartbeat) -> None:
-    """Note when this rank's gradients are ready for their all-reduce (a DDP comm hook that
-    then does what DDP's own does): the time from there to the end of backward is spent
-    waiting for the other ranks, which tells a straggler from the ranks that wait for it."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    from torch.nn.parallel import DistributedDataParallel as DDP
+def watch_ddp(model: Any, hb: Heartbeat, hook: Any = None) -> None:
+    """Register the DDP comm hook (ddp.comm_hook's, else DDP's own all-reduce), noting first
+    when this rank's gradients are ready for it: the time from there to the end of backward is
+    spent waiting for the other ranks, which tells a straggler from the ranks that wait for it."""
+    from kubeddp.trainer.worker import comm_hooks
 
-    if not hb.enabled or not isinstance(model, DDP):
-        return
-
-    # Unannotated: torch checks the annotations of a comm hook against its own types.
-    def ready_then_allreduce(state, bucket):  # noqa: ANN001, ANN202
+    def ready() -> None:
         hb.sync_ready = time.monotonic()
-        return allreduce_hook(state, bucket)
 
-    model.register_comm_hook(None, ready_then_allreduce)
+    comm_hooks.register(model, hook, ready if hb.enabled else None)

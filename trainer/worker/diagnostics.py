@@ -46,8 +46,10 @@ class Diagnostics:
             ctx, self.heartbeat, d.straggler_factor, d.straggler_window_seconds, progress.log
         )
 
-    def watch(self, model: torch.nn.Module) -> None:
-        collectives.watch_ddp(model, self.heartbeat)
+    def watch(self, model: torch.nn.Module, hook: Any = None) -> None:
+        """Register `hook` (comm_hooks.CommHook, None: DDP's own all-reduce) on a DDP model,
+        with the straggler measurement's mark before it."""
+        collectives.watch_ddp(model, self.heartbeat, hook)
 
     def before_update(
         self, step: int, loss: torch.Tensor, norm: torch.Tensor | None, optimizer: Any

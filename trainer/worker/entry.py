@@ -13,12 +13,22 @@ import shlex
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.config import Config, ConfigError, load_config_options, parse_config_options
+from kubeddp.trainer.config import (
+    Config,
+    ConfigError,
+    MetricsConfig,
+    load_config_options,
+    parse_config_options,
+)
 from kubeddp.trainer.process_contract import resolved_config
 from kubeddp.trainer.worker.parent_death import die_with_launcher
+
+if TYPE_CHECKING:  # both import torch, which run() imports only once the config is good
+    from kubeddp.trainer.worker.distributed import DistContext
+    from kubeddp.trainer.worker.network import NetworkReport
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +65,7 @@ def run(cfg: Config) -> int:
     die_with_launcher()
     rank = int(os.environ.get("RANK", "0"))
     # Imported after the config is known good: torch takes a second or two to import.
+    from kubeddp.trainer.worker import network
     from kubeddp.trainer.worker.checkpoint import CheckpointError, StorageUnreachable
     from kubeddp.trainer.worker.diagnostics import Diverged
     from kubeddp.trainer.worker.distributed import (
@@ -65,6 +76,7 @@ def run(cfg: Config) -> int:
     from kubeddp.trainer.worker.loop import Trainer
     from kubeddp.trainer.worker.preemption import Preempted
 
+    nccl_log = network.prepare(cfg.network)  # before NCCL starts: it reads its env once
     try:
         ctx = init_distributed(cfg.ddp)
     except DistributedSetupError as exc:
@@ -74,9 +86,15 @@ def run(cfg: Config) -> int:
         return _failed(exc, rank)
     if ctx.is_main:  # the checkpoint manager copies it next to the checkpoints
         print("[kubeddp] effective config:\n" + cfg.to_yaml(), flush=True)
+    try:
+        net = network.start(cfg.network, ctx, nccl_log, _say)
+    except Exception as exc:  # a peer or the network failed during the check
+        return _failed(exc, rank)
+    if cfg.network.check == "only":
+        return _network_only(cfg.metrics, ctx, net)
     code = 0
     try:
-        trainer = Trainer(cfg, ctx)
+        trainer = Trainer(cfg, ctx, net)
     except ValueError as exc:  # ConfigError/WorkloadError: a corpus or factory that is wrong
         print(f"kubeddp: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
         teardown(barrier=False)
@@ -110,6 +128,32 @@ def run(cfg: Config) -> int:
     if rank == 0 and code == 0:
         print("[kubeddp] finished", flush=True)
     return code
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _network_only(settings: MetricsConfig, ctx: DistContext, net: NetworkReport) -> int:
+    """network.check=only: the check ran; publish the transport on /metrics and end."""
+    from kubeddp.trainer.worker.distributed import teardown
+    from kubeddp.trainer.worker.metrics import TrainingMetrics
+
+    metrics = TrainingMetrics(
+        settings,
+        ctx.rank,
+        ctx.world_size,
+        ctx.backend,
+        device=ctx.device,
+        transport=net.info_labels(),
+    )
+    metrics.close()
+    if ctx.is_main:
+        if net.describe():
+            print(f"[kubeddp] NCCL transport: {net.describe()}", flush=True)
+        print("[kubeddp] network check done (network.check=only): no training", flush=True)
+    teardown(barrier=True)
+    return 0
 
 
 def _report(exc: BaseException, rank: int) -> int:

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.process_contract import PHASE_CODE
+from kubeddp.trainer.worker import comm_hooks
 from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
 from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
 from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
@@ -42,6 +43,7 @@ from kubeddp.trainer.worker.distributed import (
 from kubeddp.trainer.worker.evaluator import Evaluator
 from kubeddp.trainer.worker.losses import DeviceLosses
 from kubeddp.trainer.worker.metrics import TrainingMetrics
+from kubeddp.trainer.worker.network import NetworkReport
 from kubeddp.trainer.worker.observer import SampleIdRecorder, StepEnd, step_times_file
 from kubeddp.trainer.worker.precision import amp_dtype, autocast, set_fp32_matmul_precision
 from kubeddp.trainer.worker.preemption import (
@@ -66,13 +68,14 @@ hb_data, hb_forward, hb_optimizer, hb_eval, hb_checkpoint, hb_between = (
 # What close() drops: everything that holds the DDP module, its parameters or the optimizer.
 REFERENCES = (
     "model raw_model parameters compiled optimizer scheduler scaler loader workload checkpoints "
-    "evaluator"
+    "evaluator comm_hook"
 )
 
 
 class Trainer:
-    def __init__(self, cfg: Config, ctx: DistContext) -> None:
+    def __init__(self, cfg: Config, ctx: DistContext, network: NetworkReport | None = None) -> None:
         self.cfg, self.ctx = cfg, ctx
+        self.network = network
         t = cfg.train
         torch.manual_seed(t.seed)
         random.seed(t.seed)
@@ -99,6 +102,7 @@ class Trainer:
         self.total_steps = self._plan_total_steps()
         # Listed once: walking the module tree for clipping costs ~0.1 ms of host time a step.
         self.parameters = list(self.raw_model.parameters())
+        self.comm_hook = comm_hooks.build(cfg.ddp, self.parameters, t.seed)
         self.optimizer = build_optimizer(self.parameters, t)
         self.scheduler = build_scheduler(self.optimizer, t, lambda: self.total_steps)
         self.amp_dtype = amp_dtype(t.amp, ctx.device)
@@ -114,6 +118,7 @@ class Trainer:
             ctx.backend,
             device=ctx.device,
             versions=self.versions,
+            transport=network.info_labels() if network else None,
         )
         self.losses = DeviceLosses()
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
@@ -128,6 +133,7 @@ class Trainer:
             "sampler": self.sampler,  # the size of the epoch order the position counts in
             "rng": RngPart(),
             "sample_record": SampleRecordPart(sample_ids) if sample_ids else None,
+            "comm_hook": self.comm_hook.part if self.comm_hook else None,  # PowerSGD's state
         }
         self.checkpoints = CheckpointManager(
             cfg.checkpoint,
@@ -146,7 +152,7 @@ class Trainer:
         self.diag = Diagnostics(
             cfg.diagnostics, ctx, self.optimizer, self.scaler.is_enabled(), self.progress
         )
-        self.diag.watch(self.model)
+        self.diag.watch(self.model, self.comm_hook)
         self._copies_checked = ctx.device.type != "cuda"
 
     def _plan_total_steps(self) -> int:
@@ -195,11 +201,16 @@ class Trainer:
         return (
             f"[kubeddp] {self.workload.description} | world size {ctx.world_size} "
             f"({ctx.backend}, {ctx.device.type}) | {self.versions.describe()} | "
+            f"{self._describe_network()}"
             f"batch {t.batch_size} x accum "
             f"{t.grad_accum_steps} x {ctx.world_size} ranks = "
             f"{t.batch_size * t.grad_accum_steps * ctx.world_size} samples/step | "
             f"{self.total_steps} steps"
         )
+
+    def _describe_network(self) -> str:
+        described = self.network.describe() if self.network else ""
+        return f"NCCL transport: {described} | " if described else ""
 
     def _train_epoch(self) -> int:
         """The rest of this epoch; a non-zero return is the exit code of a voted stop."""

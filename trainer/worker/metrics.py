@@ -17,6 +17,7 @@ import os
 import struct
 import time
 from bisect import bisect_left
+from collections.abc import Mapping
 from typing import Any
 
 from kubeddp.trainer import __version__, process_contract
@@ -32,7 +33,8 @@ FLUSH_EVERY_SECONDS = 0.1
 GPU_MEMORY_EVERY_SECONDS = 1.0  # torch.cuda.memory_allocated builds a stats dict: not per step
 
 RESTARTS = "kubeddp_worker_restarts"
-# kubeddp_info's labels: what runs, and the GPU stack under it (empty strings on CPU).
+# kubeddp_info's labels: what runs, the GPU stack under it (empty strings on CPU), and the
+# transport NCCL chose (empty where NCCL's log was not read: gloo, or NCCL_DEBUG set by you).
 INFO_LABELS = (
     "version",
     "backend",
@@ -41,7 +43,11 @@ INFO_LABELS = (
     "cuda_version",
     "nccl_version",
     "driver_version",
+    "transport",
+    "transport_interfaces",
+    "intra_node_transport",
 )
+TRANSPORT_LABELS = INFO_LABELS[-3:]
 
 
 def multiprocess_dir() -> str | None:
@@ -189,6 +195,7 @@ class TrainingMetrics:
         *,
         device: Any = None,
         versions: RuntimeVersions | None = None,
+        transport: Mapping[str, str] | None = None,
     ) -> None:
         path = multiprocess_dir() if cfg.enabled else None
         self.enabled = path is not None
@@ -198,8 +205,13 @@ class TrainingMetrics:
         source = os.environ.get(process_contract.ENV_RDZV_SOURCE, "standalone")
         if versions is None:
             versions = runtime_versions(getattr(device, "type", "cpu"))
+        labels = {name: (transport or {}).get(name, "") for name in TRANSPORT_LABELS}
         m.info.labels(
-            version=__version__, backend=backend, rdzv_source=source, **versions.labels()
+            version=__version__,
+            backend=backend,
+            rdzv_source=source,
+            **versions.labels(),
+            **labels,
         ).set(1)
         m.world_size.set(world_size)
         self._step_seconds = _BufferedHistogram(m.step_seconds.labels(str(rank)))
