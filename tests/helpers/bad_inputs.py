@@ -473,7 +473,8 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
 # Every cluster command sends its requests through one transport (Cluster.request in
 # tools/kube.py): each misbehaviour of the connection or the answer's bytes meets it once, the
 # command taken in turn. What the answer must be (its kind and name) each command says for
-# itself: a JSON object of the wrong kind meets every command.
+# itself: a JSON object of the wrong kind, and an empty one, meet every command (a check of
+# `{}` dropped from one command's reads was caught by no other row).
 TRANSPORT_ROWS = {  # misbehaviour: the command that meets it
     "hang": "status",
     "hang-body": "validate",
@@ -486,11 +487,10 @@ TRANSPORT_ROWS = {  # misbehaviour: the command that meets it
     "json-bad": "validate",
     "truncated": "wait",
     "garbage": "delete",
-    "empty-object": "submit",
     "deep": "status",
     "drip": "status",
 }
-ANSWER_MISBEHAVIOUR = "wrong-kind"
+ANSWER_MISBEHAVIOURS = ("wrong-kind", "empty-object")
 # What the line must say where the exit code alone would not show the fault: an answer that
 # drips in within each read's timeout is cut off at the request's, not waited for.
 API_MENTIONS = {"drip": ("not the whole answer in that time",)}
@@ -499,7 +499,10 @@ API_MENTIONS = {"drip": ("not the whole answer in that time",)}
 def api_rows() -> list[Row]:
     job = {**PYTORCHJOB_KEY, "metadata": {"name": "p"}}  # validation asks for its CRD first
     files = {"cm.yaml": _text(yaml.safe_dump(CONFIG_MAP)), "job.yaml": _text(yaml.safe_dump(job))}
-    pairs = [*TRANSPORT_ROWS.items(), *((ANSWER_MISBEHAVIOUR, c) for c in API_COMMANDS)]
+    pairs = [
+        *TRANSPORT_ROWS.items(),
+        *((mode, command) for mode in ANSWER_MISBEHAVIOURS for command in API_COMMANDS),
+    ]
     return [
         Row(
             f"api-{mode}-{command}",

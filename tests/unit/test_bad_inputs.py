@@ -20,7 +20,7 @@ from kubeddp.tools.cli import main
 from kubeddp.trainer.launcher import pod
 from tests.helpers import fake_api
 from tests.helpers.bad_inputs import (
-    ANSWER_MISBEHAVIOUR,
+    ANSWER_MISBEHAVIOURS,
     API_COMMANDS,
     TRANSPORT_ROWS,
     Row,
@@ -131,7 +131,7 @@ def test_the_table_is_large() -> None:
 def test_each_misbehaviour_meets_a_command_and_each_command_a_misbehaviour() -> None:
     """A new misbehaviour of tests/helpers/fake_api.py (or a new cluster command) needs its row
     in tests/helpers/bad_inputs.TRANSPORT_ROWS."""
-    assert sorted([*TRANSPORT_ROWS, ANSWER_MISBEHAVIOUR]) == sorted(fake_api.MISBEHAVIOURS)
+    assert sorted([*TRANSPORT_ROWS, *ANSWER_MISBEHAVIOURS]) == sorted(fake_api.MISBEHAVIOURS)
     assert sorted(set(TRANSPORT_ROWS.values())) == sorted(API_COMMANDS)
 
 

@@ -19,6 +19,7 @@ from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster
 from tests.helpers.fake_api import status_body
+from tests.helpers.render import secret_values_masked
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,9 @@ def test_render_gives_what_the_cli_prints(capsys) -> None:
             "offline"]  # fmt: skip
     code, out, err = cli(argv, capsys)
     assert code == 0, err
-    assert manifests.yaml() == out
+    printed = [d for d in yaml.safe_load_all(out) if d]
+    # every render makes a new keeper secret; nothing else of two renders differs
+    assert secret_values_masked(printed) == secret_values_masked(manifests.documents)
     job = next(d for d in manifests.documents if d["kind"] == "PyTorchJob")
     assert job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 3600
 
@@ -108,6 +111,8 @@ def _forbidden(api: fake_api.FakeApiServer) -> None:
 
 
 def _exists(api: fake_api.FakeApiServer) -> None:
+    """The claim is made between submit's look for it and its create (it looks first)."""
+    api.route("POST", PYTORCHJOBS, 201)
     api.route("POST", CONFIGMAPS, 201)
     details = {"name": "demo-checkpoints", "kind": "persistentvolumeclaims"}
     api.route("POST", CLAIMS, 409, status_body(409, "AlreadyExists", "exists", details))
@@ -155,7 +160,11 @@ def test_submit_names_what_it_created_also_when_it_fails(tmp_path, monkeypatch) 
         _exists(api)
         with pytest.raises(KubeddpError) as err:
             client.submit(**SUBMIT)
-    assert err.value.done == ["configmap/demo-config created in team"]
+    # the job first (what it owns follows, tools/submit_order.py), then the ConfigMap
+    assert err.value.done == [
+        "pytorchjob/demo created in team",
+        "configmap/demo-config created in team",
+    ]
     assert err.value.exit_code == exit_codes.CLUSTER_ERROR
     assert "already exists in namespace 'team'" in str(err.value)
 
@@ -168,9 +177,10 @@ def test_a_job_from_submit_to_delete(transport, tmp_path, monkeypatch) -> None:
             api.route("POST", path, 201)
         manifests = client.render("pytorchjob", name="demo", validate_against="offline")
         created = client.submit(manifests=manifests, validate_against="offline")
+        job = next(d for d in manifests.documents if d["kind"] == "PyTorchJob")
+        in_submit_order = [job, *(d for d in manifests.documents if d is not job)]  # job first
         assert created == [
-            f"{d['kind'].lower()}/{d['metadata']['name']} created in team"
-            for d in manifests.documents
+            f"{d['kind'].lower()}/{d['metadata']['name']} created in team" for d in in_submit_order
         ]
         running = {**JOB, "status": {"conditions": [{"type": "Running", "status": "True"}]}}
         api.route("GET", f"{PYTORCHJOBS}/demo", 200, running)
@@ -193,7 +203,7 @@ def test_a_job_from_submit_to_delete(transport, tmp_path, monkeypatch) -> None:
         api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, SUCCESS)
         assert client.delete("demo")[0] == "pytorchjob/demo deleted"
     posted = [r["body"] for r in api.calls("POST")]
-    assert posted == manifests.documents
+    assert posted == in_submit_order
 
 
 def test_submit_a_file_and_validate_files(tmp_path, monkeypatch) -> None:

@@ -28,6 +28,7 @@ from kubeddp.trainer import exit_codes
 from tests.helpers import admission, fake_api, helm_cli
 from tests.helpers.cluster_commands import run as run_in_process
 from tests.helpers.fake_api import TOKEN, status_body
+from tests.helpers.render import secret_values_masked
 
 REPO = Path(__file__).resolve().parents[2]
 NS = fake_api.NAMESPACE
@@ -37,6 +38,8 @@ CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"
 SERVICES = f"/api/v1/namespaces/{NS}/services"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments"
+SECRETS = f"/api/v1/namespaces/{NS}/secrets"
+NETWORK_POLICIES = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 COMMAND_SECONDS = 60
 
@@ -88,7 +91,7 @@ def _status(api: fake_api.FakeApiServer) -> None:
 
 
 def _submit(api: fake_api.FakeApiServer) -> None:
-    for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS):
+    for path in (CONFIGMAPS, CLAIMS, SERVICES, DEPLOYMENTS, PYTORCHJOBS, SECRETS, NETWORK_POLICIES):
         api.route("POST", path, 201, _echo(api))
 
 
@@ -120,6 +123,8 @@ def _missing(api: fake_api.FakeApiServer) -> None:
 
 
 def _exists(api: fake_api.FakeApiServer) -> None:
+    """The ConfigMap is made between submit's look for it and its create (after the job's)."""
+    api.route("POST", PYTORCHJOBS, 201, _echo(api))
     details = {"name": "demo-config", "kind": "configmaps"}
     api.route("POST", CONFIGMAPS, 409, status_body(409, "AlreadyExists", "exists", details))
 
@@ -240,7 +245,14 @@ def run_client(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int
 
 
 def _sent(api: fake_api.FakeApiServer) -> list[tuple]:
-    return [(r["method"], r["raw_path"], r["body"], r["authorization"]) for r in api.requests]
+    """The requests, each keeper Secret's value masked: every render makes a new one."""
+    return [
+        (r["method"], r["raw_path"], _masked(r["body"]), r["authorization"]) for r in api.requests
+    ]
+
+
+def _masked(body: object) -> object:
+    return secret_values_masked([body])[0] if isinstance(body, dict) else body
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

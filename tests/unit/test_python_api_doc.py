@@ -16,7 +16,7 @@ PAGE = DOCS / "python-api.md"
 NS = fake_api.NAMESPACE
 JOB = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
 PODS = f"/api/v1/namespaces/{NS}/pods"
-CREATED = ("configmaps", "persistentvolumeclaims", "services")
+CREATED = ("configmaps", "persistentvolumeclaims", "services", "secrets")
 
 
 def cells() -> list[str]:
@@ -30,6 +30,7 @@ def a_cluster_with_the_job(api: fake_api.FakeApiServer) -> None:
     for plural in CREATED:
         api.route("POST", f"/api/v1/namespaces/{NS}/{plural}", 201, echo)
     api.route("POST", f"/apis/apps/v1/namespaces/{NS}/deployments", 201, echo)
+    api.route("POST", f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies", 201, echo)
     api.route("POST", JOB, 201, echo)
     done = {"conditions": [{"type": "Succeeded", "status": "True"}]}
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "demo"}}
@@ -60,4 +61,7 @@ def test_the_cells_run_in_order(tmp_path, monkeypatch, capsys) -> None:
     assert "3 no job named 'no-such-job' in namespace 'team'" in out
     assert "pytorchjob/demo deleted" in out
     posted = [r["body"]["kind"] for r in api.calls("POST")]
-    assert posted == ["ConfigMap", "PersistentVolumeClaim", "Service", "Deployment", "PyTorchJob"]
+    # the job first, then what it owns (tools/submit_order.py)
+    assert posted[0] == "PyTorchJob"
+    assert sorted(posted[1:]) == sorted(["ConfigMap", "PersistentVolumeClaim", "Secret", "Service",
+                                         "Deployment", "NetworkPolicy"])  # fmt: skip

@@ -87,7 +87,8 @@ def test_other_refusals_are_not_retried(api, capsys) -> None:
     api.route("POST", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainingruntimes", 201)
     code, _, err = run(SUBMIT, capsys)
     assert code == CLUSTER_ERROR and "numNodes too large" in err
-    assert len(api.calls("POST")) == 4  # ConfigMap, claim, runtime, one TrainJob
+    # the runtime, then one TrainJob; what the job owns comes after it, so nothing else is made
+    assert [p["body"]["kind"] for p in api.calls("POST")] == ["TrainingRuntime", "TrainJob"]
 
 
 def test_a_server_dry_run_says_the_webhook_could_not_check_the_trainjob(api, capsys) -> None:
