@@ -277,8 +277,14 @@ def test_a_fifo_with_a_writer_waiting_is_refused_too(tmp_path: Path) -> None:
     writer.start()
     with pytest.raises(ScriptCheckError, match="a FIFO"):
         check_file(path)
-    with open(path) as unblock:  # let the writer finish
-        unblock.read()
+    # Let the writer finish: a reader that does not wait for a writer (the check's own open may
+    # have been the writer's partner already, and then a waiting open would wait for ever).
+    unblock = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        writer.join(timeout=30)
+    finally:
+        os.close(unblock)
+    assert not writer.is_alive()
 
 
 def kubeddp(*args: str) -> subprocess.CompletedProcess:
