@@ -57,6 +57,7 @@ SKIPS: dict[str, str | None] = {
     'pip install "kubeddp[cli,kube] @ git+<this repository>"': PIP,
     "kubeddp --version": None,
     "docker pull ghcr.io/kubeddp/kubeddp:0.1.0": REGISTRY,
+    "docker pull ghcr.io/kubeddp/kubeddp:0.1.0-efa": REGISTRY,
     "docker pull ghcr.io/kubeddp/kubeddp:0.1.0-cpu": REGISTRY,
     "cosign verify ghcr.io/kubeddp/kubeddp:0.1.0 --certificate-oidc-issuer "
     "https://token.actions.githubusercontent.com --certificate-identity-regexp "
