@@ -123,6 +123,9 @@ def test_trainjob_of_eight_nodes_survives_a_preempted_pod(cluster: EmulatedClust
     assert_trained(cluster, world_size=8)
 
 
+# Alone: beside other tests on 2 cores, 32 pods' gloo connects once met 'No route to host' on
+# the emulated bridge, and the ranks that were not told waited out the 600 s rejoin round.
+@pytest.mark.alone
 @pytest.mark.timeout(7 * JOB_SECONDS)
 def test_indexed_job_of_32_pods_survives_a_preempted_pod(cluster: EmulatedCluster) -> None:
     # 30 steps, not STEPS' 60: each step of 32 ranks costs every rank ~70 ms of CPU here (a

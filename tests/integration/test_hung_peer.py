@@ -45,8 +45,11 @@ def test_a_hung_peer_ends_the_job_within_the_training_timeout(tmp_path: Path) ->
             if procs.cmdline(workers[1]):
                 os.kill(workers[1], signal.SIGCONT)
         code = run.wait(60)
-    # gloo names the timeout that ended the wait: the training one, not the start-up one
-    assert f"{TIMEOUT_SECONDS * 1000}ms" in failed.group(1), failed.group(1)
+    # gloo names the timeout that ended the wait (the training one: the start-up one is 1800 s
+    # and the job ended within the 60 s waited above), or, when the timeout closed the pair
+    # under another operation first, says so
+    said = failed.group(1)
+    assert f"{TIMEOUT_SECONDS * 1000}ms" in said or "timeout caused pair closure" in said, said
     assert f"exit code {exit_codes.describe(exit_codes.PEER_FAILED)}" in failed.group(1)
     assert code == exit_codes.PEER_FAILED, run.tail()
     assert "Traceback" not in run.output(), "a peer's failure is one line, not a traceback"

@@ -25,6 +25,12 @@ GLOO_PEER_HUNG = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
     "waiting 5000ms for recv operation to complete"
 )
+# What the DDP all-reduce hook's callback raised in the surviving rank when the timeout had
+# closed the pair under another operation first (tests/integration/test_hung_peer.py, torch 2.13).
+GLOO_PAIR_CLOSED = (
+    "Got the following error when running the callback: RuntimeError: Application timeout "
+    "caused pair closure"
+)
 
 
 def _closed_port() -> int:
@@ -45,7 +51,7 @@ def test_a_store_that_is_gone_is_a_peer_failure() -> None:
     assert exit_code_for(caught.value) == exit_codes.PEER_FAILED
 
 
-@pytest.mark.parametrize("message", [GLOO_PEER_KILLED, GLOO_PEER_HUNG])
+@pytest.mark.parametrize("message", [GLOO_PEER_KILLED, GLOO_PEER_HUNG, GLOO_PAIR_CLOSED])
 def test_gloo_errors_from_a_lost_or_hung_peer_are_retryable(message: str) -> None:
     assert exit_code_for(RuntimeError(message)) == exit_codes.PEER_FAILED
 

@@ -22,6 +22,7 @@ PEER_FAILURE_MARKS = (
     "connection closed by peer",
     "broken pipe",
     "timed out waiting",
+    "timeout caused pair closure",  # gloo: an op on a pair that another op's timeout closed
     "nccl communicator was aborted",
     "nccl error",
     "processgroupnccl",
