@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kubeddp.trainer.exit_codes import CLUSTER_ERROR
-from tests.helpers import fake_api, reference
+from tests.helpers import reference
 from tests.helpers.cluster_commands import (
     CLAIMS,
     CONFIGMAPS,
@@ -39,14 +39,6 @@ from tests.helpers.fake_api import TOKEN, status_body
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    with fake_api.running() as server:
-        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        yield server
 
 
 def test_submit_server_dry_run_posts_each_object_with_dry_run_all(api, capsys):

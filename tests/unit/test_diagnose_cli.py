@@ -8,18 +8,9 @@ import copy
 
 import pytest
 
-from tests.helpers import fake_api
 from tests.helpers.cluster_commands import PODS, PODS_LIST, PYTORCHJOB_STATUS, PYTORCHJOBS, run
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    with fake_api.running() as server:
-        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        yield server
 
 
 MASTER_LOG = """\

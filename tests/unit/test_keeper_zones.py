@@ -13,7 +13,6 @@ from kubeddp.tools.keeper_zones import (
     zone_redundant,
 )
 from kubeddp.tools.storage_classes import ClaimNeed
-from tests.helpers import fake_api
 from tests.helpers.cluster_commands import (
     KEEPER_JOB_COMPANIONS,
     PYTORCHJOBS,
@@ -29,14 +28,6 @@ def _class(name: str, provisioner: str, default: bool = True, **parameters: str)
     annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
     return {"metadata": {"name": name, "annotations": annotations},
             "provisioner": provisioner, "parameters": parameters}  # fmt: skip
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    with fake_api.running() as server:
-        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        yield server
 
 
 def test_the_numbers_are_the_kubernetes_defaults() -> None:

@@ -32,14 +32,6 @@ SUBMIT = ["submit", "pytorchjob", "--name", "demo", "--nodes", "2", "--validate-
 OWNER = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "demo", "uid": UID}
 
 
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    with fake_api.running() as server:
-        kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", server.url)
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        yield server
-
-
 def created_with_uid(api: fake_api.FakeApiServer):
     """The API server's answer to a create: the object as sent, with its new uid."""
 
