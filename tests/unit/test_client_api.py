@@ -14,9 +14,8 @@ import pytest
 import yaml
 
 from kubeddp.client import Client, KubeddpError, WaitTimeout
-from kubeddp.tools.cli import main
 from kubeddp.trainer import exit_codes
-from tests.helpers import fake_api
+from tests.helpers import cluster_commands, fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster
 from tests.helpers.fake_api import status_body
 from tests.helpers.render import secret_values_masked
@@ -33,13 +32,8 @@ SUCCESS = {"kind": "Status", "apiVersion": "v1", "status": "Success"}
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    capsys.readouterr()  # what the API call printed before is not the command's
+    return cluster_commands.run(argv, capsys)
 
 
 def test_render_gives_what_the_cli_prints(capsys) -> None:
