@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers.privileges import require_root
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*argv: str) -> None:
@@ -49,7 +52,7 @@ def with_own_tmp(argv: list[str], *, readonly: bool = False, full: bool = False)
     require_root("unshare", "mount", what="a test that gives a process its own /tmp")
     options = "ro,size=1m" if readonly else "size=1m"
     filler = "dd if=/dev/zero of=/tmp/filler bs=4k 2>/dev/null" if full else "true"
-    script = f'mount -t tmpfs -o {options} kddp-test /tmp || exit 90; {filler}; exec "$@"'
+    script = f'{_covered_tmp(f"-o {options}")} || exit 90; {filler}; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
 
@@ -60,7 +63,21 @@ def alone(argv: list[str], own_tmp: bool = False) -> list[str]:
     must then not be under /tmp: a child that changes into it by name would not find it).
     Nothing is left on the host. Root only."""
     require_root("unshare", "mount", "ip", what="a test that runs a program on its own")
-    tmp = " && mount -t tmpfs -o size=256m kddp-test /tmp" if own_tmp else ""
+    tmp = f" && {_covered_tmp('-o size=256m')}" if own_tmp else ""
     script = f'ip link set lo up{tmp} && exec "$@"'
     return ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", script,
             "sh", *argv]  # fmt: skip
+
+
+def _covered_tmp(options: str) -> str:
+    """Shell that mounts a tmpfs over /tmp in the private mount namespace; a checkout that
+    lives under /tmp (`git clone . "$(mktemp -d)/p"`) is bound back at its path first through
+    /mnt (in that namespace only), or its venv's python would be gone under the tmpfs."""
+    mount = f"mount -t tmpfs {options} kddp-test /tmp"
+    if not REPO.is_relative_to("/tmp"):
+        return mount
+    repo = shlex.quote(str(REPO))
+    return (
+        f"mount --bind /tmp /mnt && {mount} && mkdir -p {repo} && "
+        f"mount --bind /mnt/{shlex.quote(str(REPO.relative_to('/tmp')))} {repo}"
+    )
