@@ -100,7 +100,7 @@ COPY --from=build /tmp/dist/ /tmp/dist/
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl; \
     rm -rf /tmp/dist; \
     /opt/venv/bin/pip check; \
-    /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli"; \
+    /opt/venv/bin/python -c "import kubeddp.trainer.launcher.launch, kubeddp.trainer.worker.loop, kubeddp.tools.cli.main"; \
     if [ "${VARIANT}" != cpu ]; then \
       /opt/venv/bin/python -c "import sys, torch; from kubeddp.trainer.worker.compiled import missing_build_tools; missing = missing_build_tools(torch.device('cuda')); sys.exit(missing and f'the CUDA image lacks {missing}')"; \
     fi

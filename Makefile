@@ -84,16 +84,16 @@ bench-gpu: setup
 	mkdir -p bench-results
 	$(BIN)/python -m tests.bench.gpu --out bench-results/gpu.json
 
-# Generated from the Python definitions: the validation schemas in tools/schemas (first: the
+# Generated from the Python definitions: the validation schemas in tools/manifests/schemas (first: the
 # TrainJob's pod split in _constants.tpl is read from its CRD there), the chart's values.yaml,
 # values.schema.json, templates/_constants.tpl and README values table, docs/config-reference.md.
 chart: setup
-	$(BIN)/python -m kubeddp.tools.gen_schemas
-	$(BIN)/python -m kubeddp.tools.chart.generate
+	$(BIN)/python -m kubeddp.tools.generate.schemas
+	$(BIN)/python -m kubeddp.tools.generate.chart_files
 
 # k8s/ is rendered from the chart.
 k8s: chart
-	$(BIN)/python -m kubeddp.tools.gen_k8s
+	$(BIN)/python -m kubeddp.tools.generate.k8s_manifests
 
 # The GPU image (CUDA torch from PyPI) and the CPU image (also tagged kubeddp:cpu, the name
 # k8s/pytorchjob-cpu-gloo.yaml and the kind CI use).

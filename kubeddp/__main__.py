@@ -1,3 +1,3 @@
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 
 raise SystemExit(main())

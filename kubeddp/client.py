@@ -22,7 +22,7 @@ Importing this module imports neither torch nor the Kubernetes client. (`kubeddp
 other Python API: what a training script calls while it runs under kubeddp.)
 """
 
-from kubeddp.tools.client import (
+from kubeddp.tools.cli.client import (
     Client,
     JobEnd,
     JobStatus,

@@ -4,7 +4,7 @@ wherever it arrives.
 The checkpoint writer (worker/checkpoint/local.py) records every file's digest in the
 checkpoint's COMPLETE marker as it saves (`marker_text`); the keeper's client sends the
 digests with the files, the keeper checks every block against them before it commits, and a pod
-that fetches checks them again (trainer/launcher/keeper_*.py). One digest per block rather than
+that fetches checks them again (trainer/keeper/). One digest per block rather than
 per file: the blocks of one large file travel and are checked in parallel.
 
 The digest is BLAKE3 (the `blake3` package, 0.4 MB): every byte a checkpoint moves is hashed once

@@ -1,7 +1,7 @@
 """Facts the trainer and the manifests share: the ports kubeddp defaults to, paths inside the
 image, the environment variables kubeddp reads, and the preemption budget.
 
-tools/ imports these (Kubernetes-only names live in tools/k8s_names.py) and `make chart`
+tools/ imports these (Kubernetes-only names live in tools/manifests/k8s_names.py) and `make chart`
 writes the chart's copy (templates/_constants.tpl), so the chart and the trainer agree.
 """
 
@@ -30,7 +30,7 @@ PROGRAM_CONFIG_KEYS = (
 )  # fmt: skip
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
-# default); pods get more than that (tools/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
+# default); pods get more than that (tools/manifests/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
 PREEMPT_GRACE_SECONDS = 60
 
 # Environment variables kubeddp itself reads (those launch sets for its workers are the
@@ -57,16 +57,16 @@ ENV_METRICS_LINGER = "KUBEDDP_METRICS_LINGER_SECONDS"  # keep /metrics up after 
 METRICS_DIR_PREFIX = "kubeddp-metrics-"  # fresh per launch, under SCRATCH_DIR
 RUN_DIR_PREFIX = "kubeddp-run-"  # per launch, under SCRATCH_DIR: torchrun's log dir
 DIAG_DIR_PREFIX = "kubeddp-diag-"  # per launch, under SCRATCH_DIR: the ranks' progress records
-# The checkpoint keeper (trainer/launcher/checkpoint_keeper.py): the one pod that mounts a
+# The checkpoint keeper (trainer/keeper/server.py): the one pod that mounts a
 # ReadWriteOnce claim and serves its files; training pods fill checkpoint.dir (an emptyDir)
-# from it and send back what rank 0 writes (trainer/launcher/checkpoint_sync.py).
+# from it and send back what rank 0 writes (trainer/keeper/sync.py).
 KEEPER_PORT = 9410
 ENV_CHECKPOINT_KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"  # http://HOST:PORT of the keeper
 ENV_CHECKPOINT_SYNC_SECONDS = "KUBEDDP_CHECKPOINT_SYNC_SECONDS"  # how often files go back
 # How often a pod waiting for its keeper says so (default 30 s; tests make it short).
 ENV_CHECKPOINT_KEEPER_SAY_SECONDS = "KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"
 # The job's keeper secret: a file (a mounted Secret) whose path this names, in the keeper's pod
-# and every training pod; every request is signed with it (trainer/launcher/keeper_auth.py).
+# and every training pod; every request is signed with it (trainer/keeper/auth.py).
 ENV_CHECKPOINT_KEEPER_TOKEN_FILE = "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE"
 # Where the manifests mount the job's Secret <job>-keeper-token (read-only, in the keeper's pod
 # and every training pod) and the key that holds the secret: the file is DIR/KEY.
@@ -87,7 +87,7 @@ ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # for >= 5): trainer/launcher/trainjob_status.py
 ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
-# kubeddp's own (the chart's schema reserves them: tools/chart/patterns.py RESERVED_ENV_NAME).
+# kubeddp's own (the chart's schema reserves them: tools/manifests/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (
     ENV_CPU_NPROC, ENV_METRICS_PORT, ENV_METRICS_BIND, ENV_RDZV_WAIT_SECONDS, ENV_METRICS_LINGER,
     ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,

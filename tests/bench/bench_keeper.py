@@ -27,9 +27,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kubeddp.trainer.launcher.checkpoint_sync import CheckpointSync, SyncSettings
-from kubeddp.trainer.launcher.keeper_auth import Secret
-from kubeddp.trainer.launcher.keeper_client import KeeperClient
+from kubeddp.trainer.keeper.auth import Secret
+from kubeddp.trainer.keeper.client import KeeperClient
+from kubeddp.trainer.keeper.sync import CheckpointSync, SyncSettings
 from tests.bench.common import PYTHON, REPO_ROOT, BenchError, Row, free_port, median, spread
 
 SECTION = "keeper"

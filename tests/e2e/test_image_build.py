@@ -13,7 +13,7 @@ import dockerenv
 import pytest
 import yaml
 
-from kubeddp.tools import k8s_names
+from kubeddp.tools.manifests import k8s_names
 from kubeddp.trainer import __version__, constants
 
 DOCKERFILE = dockerenv.REPO / "Dockerfile"

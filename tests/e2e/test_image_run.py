@@ -9,7 +9,7 @@ from pathlib import Path
 import dockerenv
 import pytest
 
-from kubeddp.tools import k8s_names
+from kubeddp.tools.manifests import k8s_names
 from kubeddp.trainer import constants
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -31,7 +31,7 @@ from rendered_jobs import (
     slow_steps,
 )
 
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api
 

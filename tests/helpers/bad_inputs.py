@@ -471,8 +471,8 @@ API_COMMANDS: dict[str, tuple[str, ...]] = {
     "validate": ("validate", "{tmp}/job.yaml", "--validate-against", "cluster"),
 }
 # Every cluster command sends its requests through one transport (Cluster.request in
-# tools/kube.py): each misbehaviour of the connection or the answer's bytes meets it once, the
-# command taken in turn. What the answer must be (its kind and name) each command says for
+# tools/cluster/kube.py): each misbehaviour of the connection or the answer's bytes meets it once,
+# the command taken in turn. What the answer must be (its kind and name) each command says for
 # itself: a JSON object of the wrong kind, and an empty one, meet every command (a check of
 # `{}` dropped from one command's reads was caught by no other row).
 TRANSPORT_ROWS = {  # misbehaviour: the command that meets it

@@ -4,7 +4,7 @@ and `run`, the CLI's exit code and output as a user sees them."""
 
 from __future__ import annotations
 
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 from tests.helpers import fake_api, reference
 
 CRDS = reference.CRDS

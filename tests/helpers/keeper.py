@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubeddp.trainer.launcher import keeper_auth
-from kubeddp.trainer.launcher.keeper_client import KeeperClient
+from kubeddp.trainer.keeper import auth as keeper_auth
+from kubeddp.trainer.keeper.client import KeeperClient
 from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from tests.helpers import procs
 

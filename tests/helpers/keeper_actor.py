@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kubeddp.trainer.launcher.checkpoint_sync import CheckpointSync, SyncSettings
-from kubeddp.trainer.launcher.keeper_auth import Secret
-from kubeddp.trainer.launcher.keeper_client import KeeperClient
+from kubeddp.trainer.keeper.auth import Secret
+from kubeddp.trainer.keeper.client import KeeperClient
+from kubeddp.trainer.keeper.sync import CheckpointSync, SyncSettings
 from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 
 

@@ -1,11 +1,11 @@
 """Whether a hand-written text states which kinds take a chart value (the kinds' `takes` tables
-say that, and the note written from them: tools/chart/kind_notes.py)."""
+say that, and the note written from them: tools/manifests/chart/kind_notes.py)."""
 
 from __future__ import annotations
 
 import re
 
-from kubeddp.tools.kinds import KINDS, Ignored, Refused
+from kubeddp.tools.manifests.kinds import KINDS, Ignored, Refused
 
 KIND_NAMES = [kind.chart_kind for kind in KINDS.values()]
 K = "(?:" + "|".join(KIND_NAMES) + ")"

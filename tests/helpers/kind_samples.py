@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubeddp.tools.chart.value_types import Flag
-from kubeddp.tools.chart.values import VALUES
-from kubeddp.tools.kinds import JobKind
+from kubeddp.tools.manifests.chart.value_types import Flag
+from kubeddp.tools.manifests.chart.values import VALUES
+from kubeddp.tools.manifests.kinds import JobKind
 
 AFFINITY = {
     "nodeAffinity": {

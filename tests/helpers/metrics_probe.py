@@ -27,7 +27,7 @@ def main() -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
         from prometheus_client import CollectorRegistry, generate_latest
 
-        from kubeddp.tools import pod_metrics
+        from kubeddp.tools.cluster import pod_metrics
         from kubeddp.trainer.config import MetricsConfig
         from kubeddp.trainer.worker.metrics import TrainingMetrics, tolerant_collector
 

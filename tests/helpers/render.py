@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import copy
 
-from kubeddp.tools.chart.render import render_documents
-from kubeddp.tools.chart.render_options import values_from_args
-from kubeddp.tools.cli import parse_command
+from kubeddp.tools.cli.main import parse_command
+from kubeddp.tools.manifests.chart.render import render_documents
+from kubeddp.tools.manifests.chart.render_options import values_from_args
 
 
 def render_job(*argv: str) -> list[dict]:

@@ -14,8 +14,8 @@ import pytest
 
 from kubeddp.trainer.checkpoint_digest import ENV_BLOCK_BYTES as BLOCKS
 from kubeddp.trainer.checkpoint_digest import digest_file, read_marker
-from kubeddp.trainer.launcher.checkpoint_sync import CheckpointSync, SyncSettings
-from kubeddp.trainer.launcher.keeper_client import KeeperClient, KeeperError
+from kubeddp.trainer.keeper.client import KeeperClient, KeeperError
+from kubeddp.trainer.keeper.sync import CheckpointSync, SyncSettings
 from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from tests.helpers import procs
 from tests.helpers.keeper import CuttingProxy, free_port, keeper_up, write_secret
@@ -99,7 +99,7 @@ def _keeper_holds_one_version(root: Path) -> str:
 
 
 def _fresh_fill(keeper_url: str, secret: Path, where: Path) -> str:
-    from kubeddp.trainer.launcher.keeper_auth import Secret
+    from kubeddp.trainer.keeper.auth import Secret
 
     client = KeeperClient(keeper_url, Secret.from_file(str(secret)), timeout=30)
     sync = CheckpointSync(client, where, lambda line: None, SyncSettings(reads=True))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 from kubeddp.trainer.launcher import pod
 from tests.helpers import fake_api
 from tests.helpers.bad_inputs import (

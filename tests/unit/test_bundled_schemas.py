@@ -1,6 +1,6 @@
-"""The schemas shipped in tools/schemas are what tools/gen_schemas.py makes from their sources,
-and they judge manifests as their sources do: the core kinds as kubernetes-validate, the
-Kubeflow kinds as the pinned CRDs (tests/reference)."""
+"""The schemas shipped in tools/manifests/schemas are what tools/generate/schemas.py makes from
+their sources, and they judge manifests as their sources do: the core kinds as kubernetes-validate,
+the Kubeflow kinds as the pinned CRDs (tests/reference)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import copy
 import kubernetes_validate
 import pytest
 
-from kubeddp.tools import bundled_schemas, gen_schemas, schema_checks
-from kubeddp.tools.bundled_schemas import KUBERNETES_SCHEMA_VERSION
+from kubeddp.tools.generate import schemas as gen_schemas
+from kubeddp.tools.manifests import bundled_schemas, schema_checks
+from kubeddp.tools.manifests.bundled_schemas import KUBERNETES_SCHEMA_VERSION
 from tests.helpers.render import render_job
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,6 +1,6 @@
 """The chart's generated files are current (`make chart`), and the defaults, names and rules they
 carry are kubeddp's Python definitions: values.yaml and values.schema.json from
-tools/chart/values.py, templates/_constants.tpl from the kinds and the shared names, the
+tools/manifests/chart/values.py, templates/_constants.tpl from the kinds and the shared names, the
 schema's `config` from trainer/config.py, Kubernetes types from kubernetes-validate."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import jsonschema
 import pytest
 import yaml
 
-from kubeddp.tools import k8s_names as N
-from kubeddp.tools.chart import generate as gen_chart
-from kubeddp.tools.chart.patterns import DNS1035
-from kubeddp.tools.chart.values import VALUES
-from kubeddp.tools.kinds import KINDS, MAX_JOB_NAME_LENGTH
+from kubeddp.tools.generate import chart_files as gen_chart
+from kubeddp.tools.manifests import k8s_names as N
+from kubeddp.tools.manifests.chart.values import VALUES
+from kubeddp.tools.manifests.kinds import KINDS, MAX_JOB_NAME_LENGTH
+from kubeddp.tools.manifests.patterns import DNS1035
 from kubeddp.trainer import __version__, exit_codes
 from kubeddp.trainer import constants as C
 from kubeddp.trainer.config import ConfigError, config_fields, config_from_dict

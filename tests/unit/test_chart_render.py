@@ -21,9 +21,13 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.tools.k8s_names import CHECKPOINTS_ANNOTATION, LABEL_INSTANCE, NETWORK_ANNOTATION
-from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.validate import validate_documents
+from kubeddp.tools.manifests.k8s_names import (
+    CHECKPOINTS_ANNOTATION,
+    LABEL_INSTANCE,
+    NETWORK_ANNOTATION,
+)
+from kubeddp.tools.manifests.kinds import KINDS
+from kubeddp.tools.manifests.validate import validate_documents
 from tests.helpers import reference
 from tests.helpers.chart import CHART, CI_FILES, NAMESPACE, RELEASE, chart, ci_values, render
 from tests.helpers.render import render_job, secret_values_masked

@@ -17,8 +17,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeddp.tools.chart.values import BY_PATH
-from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.manifests.chart.values import BY_PATH
+from kubeddp.tools.manifests.kinds import KINDS
 from tests.helpers.chart import CHART, chart
 from tests.helpers.chart_refusals import FAIL_RULES, SCHEMA_REJECTS
 

@@ -22,19 +22,19 @@ import pytest
 
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.checkpoint_digest import BlockHasher
-from kubeddp.trainer.launcher.checkpoint_sync import (
+from kubeddp.trainer.keeper.client import KeeperClient
+from kubeddp.trainer.keeper.reach import (
+    KeeperGaveUp,
+    say_seconds,
+    wait_budget,
+    wait_for_keeper,
+)
+from kubeddp.trainer.keeper.sync import (
     CheckpointSync,
     KeeperError,
     KeeperSettingError,
     SyncSettings,
     within,
-)
-from kubeddp.trainer.launcher.keeper_client import KeeperClient
-from kubeddp.trainer.launcher.keeper_reach import (
-    KeeperGaveUp,
-    say_seconds,
-    wait_budget,
-    wait_for_keeper,
 )
 from tests.helpers import procs
 from tests.helpers.keeper import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeddp.tools import k8s_names
+from kubeddp.tools.manifests import k8s_names
 from kubeddp.trainer import constants
 from kubeddp.trainer.config import Config, ConfigError, load_config_options
 from kubeddp.trainer.launcher.agent import (

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kubeddp.tools import cli, kube, validate
-from kubeddp.tools.resources import CONFIG_MAP
+from kubeddp.tools.cli import main as cli
+from kubeddp.tools.cluster import kube
+from kubeddp.tools.manifests import validate
+from kubeddp.tools.manifests.resources import CONFIG_MAP
 from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api
 

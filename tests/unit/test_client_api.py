@@ -154,7 +154,7 @@ def test_submit_names_what_it_created_also_when_it_fails(tmp_path, monkeypatch) 
         _exists(api)
         with pytest.raises(KubeddpError) as err:
             client.submit(**SUBMIT)
-    # the job first (what it owns follows, tools/submit_order.py), then the ConfigMap
+    # the job first (what it owns follows, tools/cluster/submit_order.py), then the ConfigMap
     assert err.value.done == [
         "pytorchjob/demo created in team",
         "configmap/demo-config created in team",
@@ -241,13 +241,15 @@ def test_importing_the_api_imports_neither_torch_nor_the_kubernetes_client() -> 
 
 
 def test_the_cli_is_a_layer_over_the_api() -> None:
-    """tools/cli.py reaches the cluster, the renderer and the validator only through
-    kubeddp.tools.client: there is one implementation of each command."""
-    tree = ast.parse((REPO / "tools" / "cli.py").read_text())
+    """tools/cli/main.py reaches the cluster, the renderer and the validator only through
+    kubeddp.tools.cli.client: there is one implementation of each command."""
+    tree = ast.parse((REPO / "tools" / "cli" / "main.py").read_text())
     imported = {
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
     }
-    inner = {"kube", "jobs", "job_status", "job_logs", "job_lookup", "validate", "diagnosis"}
-    assert not {f"kubeddp.tools.{name}" for name in inner} & imported, imported
-    assert "kubeddp.tools.chart.render" not in imported
-    assert "kubeddp.tools.client" in imported
+    cluster = {"kube", "jobs", "job_status", "job_logs", "job_lookup", "diagnosis"}
+    inner = {f"kubeddp.tools.cluster.{name}" for name in cluster}
+    inner.add("kubeddp.tools.manifests.validate")
+    assert not inner & imported, imported
+    assert "kubeddp.tools.manifests.chart.render" not in imported
+    assert "kubeddp.tools.cli.client" in imported

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from kubeddp.tools import completion
-from kubeddp.tools.cli import build_parser
+from kubeddp.tools.cli import completion
+from kubeddp.tools.cli.main import build_parser
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def kubeddp(*argv: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from kubeddp.tools.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from kubeddp.tools.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
     )
@@ -61,7 +61,7 @@ def test_train_completes_what_its_parser_takes_without_importing_torch() -> None
     table = completion.commands(build_parser())
     assert table["train"] == sorted({o for a in train_parser()._actions for o in a.option_strings})
     probe = (
-        "import sys\nfrom kubeddp.tools.cli import main\nmain(['completion', 'bash'])\n"
+        "import sys\nfrom kubeddp.tools.cli.main import main\nmain(['completion', 'bash'])\n"
         "assert 'torch' not in sys.modules, 'completion imported torch'\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.chart.generate import CONFIG_REFERENCE, config_reference
+from kubeddp.tools.generate.chart_files import CONFIG_REFERENCE, config_reference
 from kubeddp.trainer.config import config_fields, default_of
 
 pytestmark = pytest.mark.timeout(30)

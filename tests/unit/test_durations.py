@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from kubeddp.tools.cli import parse_command
+from kubeddp.tools.cli.main import parse_command
 from kubeddp.trainer.arguments import duration
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
+from kubeddp.tools.generate.exit_codes_doc import EXIT_CODES_DOC, exit_codes_doc
 from kubeddp.trainer import exit_codes
 
 pytestmark = pytest.mark.timeout(30)

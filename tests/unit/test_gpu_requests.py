@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from kubeddp.tools.chart.render import RenderError
+from kubeddp.tools.manifests.chart.render import RenderError
 from tests.helpers import helm_cli
 from tests.helpers.chart import CHART
 from tests.helpers.helm_cli import RELEASES, Release

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubeddp.tools import helm_engine
-from kubeddp.tools.chart.render import RenderError, chart_dir
+from kubeddp.tools.manifests import helm_engine
+from kubeddp.tools.manifests.chart.render import RenderError, chart_dir
 from tests.helpers import helm_cli
 from tests.helpers.chart import CI_FILES, chart, ci_values
 from tests.helpers.chart_refusals import FAIL_RULES
@@ -96,7 +96,7 @@ def test_split_keeps_each_template_apart() -> None:
 
 
 def _kubeddp(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from kubeddp.tools.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from kubeddp.tools.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60
     )

@@ -1,4 +1,5 @@
-"""k8s/ holds exactly what `make k8s` (python -m kubeddp.tools.gen_k8s) renders, and it is valid."""
+"""k8s/ holds exactly what `make k8s` (python -m kubeddp.tools.generate.k8s_manifests) renders, and
+it is valid."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubeddp.tools import gen_k8s
-from kubeddp.tools.k8s_names import IMAGE_CPU_LOCAL
-from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.kube import resource_for
-from kubeddp.tools.rbac import RULES
-from kubeddp.tools.validate import load_documents, validate_documents
+from kubeddp.tools.cluster.kube import resource_for
+from kubeddp.tools.generate import k8s_manifests as gen_k8s
+from kubeddp.tools.manifests.k8s_names import IMAGE_CPU_LOCAL
+from kubeddp.tools.manifests.kinds import KINDS
+from kubeddp.tools.manifests.rbac import RULES
+from kubeddp.tools.manifests.validate import load_documents, validate_documents
 from tests.helpers.render import render_job
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"

@@ -1,4 +1,4 @@
-"""How a received block lands (trainer/launcher/keeper_blocks.py): read from a real socket into
+"""How a received block lands (trainer/keeper/blocks.py): read from a real socket into
 its place in the file, its digest taken on the way, and a stream cut short never passing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from kubeddp.trainer.launcher.keeper_blocks import WRITE_BYTES, receive_block, start_writeback
+from kubeddp.trainer.keeper.blocks import WRITE_BYTES, receive_block, start_writeback
 
 
 def _sent(data: bytes) -> socket.socket:

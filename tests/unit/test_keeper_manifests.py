@@ -2,7 +2,7 @@
 chart makes once, mounted read-only in the keeper's pod and every training pod), the
 NetworkPolicy that admits only the job's training pods, the keeper's placement and resources,
 and the training pods' grace period and emptyDir, computed by the chart from the constants of
-trainer/launcher/keeper_sizing.py: the numbers must be that module's for any size, and a
+trainer/keeper/sizing.py: the numbers must be that module's for any size, and a
 constant changed there must reach the chart (the storage rules' way: test_storage_rules.py)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from kubeddp.tools import helm_engine
-from kubeddp.tools.chart import generate
-from kubeddp.tools.chart.render import chart_dir, render_documents
-from kubeddp.tools.helm_engine import merge_values
-from kubeddp.tools.kinds import KINDS
+from kubeddp.tools.generate import chart_files as generate
+from kubeddp.tools.manifests import helm_engine
+from kubeddp.tools.manifests.chart.render import chart_dir, render_documents
+from kubeddp.tools.manifests.helm_engine import merge_values
+from kubeddp.tools.manifests.kinds import KINDS
 from kubeddp.trainer import constants as C
-from kubeddp.trainer.launcher import keeper_sizing as sizing
+from kubeddp.trainer.keeper import sizing
 from tests.helpers import fake_api, helm_cli
 from tests.helpers.chart import CHART
 from tests.helpers.chart import render as helm_render

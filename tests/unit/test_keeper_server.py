@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer.checkpoint_digest import MIN_BLOCK_BYTES, BlockHasher, marker_text
-from kubeddp.trainer.launcher import keeper_auth
-from kubeddp.trainer.launcher.keeper_client import KeeperClient, KeeperRefused
-from kubeddp.trainer.launcher.keeper_protocol import FileEntry, Upload
+from kubeddp.trainer.keeper import auth as keeper_auth
+from kubeddp.trainer.keeper.client import KeeperClient, KeeperRefused
+from kubeddp.trainer.keeper.protocol import FileEntry, Upload
 from tests.helpers import procs
 from tests.helpers.keeper import (
     checkpoint,
@@ -296,8 +296,8 @@ def test_a_keeper_restarted_mid_upload_forgets_it_and_the_upload_begins_again(
     secret, root, port = write_secret(tmp_path / "s"), tmp_path / "claim", free_port()
     pod = tmp_path / "pod"
     ckpt = checkpoint(pod, 6, size=3 * MIN_BLOCK_BYTES)
-    from kubeddp.trainer.launcher.checkpoint_sync import unit_upload
-    from kubeddp.trainer.launcher.keeper_local import scan
+    from kubeddp.trainer.keeper.local_dir import scan
+    from kubeddp.trainer.keeper.sync import unit_upload
 
     upload = unit_upload(pod, ckpt.name, scan(pod).units[ckpt.name], None)
     sources = {rel: pod / rel for rel in upload.files}

@@ -1,9 +1,9 @@
 """How the keeper and a pod's last send follow the checkpoint's size and the grace period: the
-pure functions launch uses and the manifests are to use (trainer/launcher/keeper_sizing.py)."""
+pure functions launch uses and the manifests are to use (trainer/keeper/sizing.py)."""
 
 from __future__ import annotations
 
-from kubeddp.trainer.launcher import keeper_sizing as sizing
+from kubeddp.trainer.keeper import sizing
 
 GIB = 2**30
 

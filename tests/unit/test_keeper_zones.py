@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from kubeddp.tools.keeper_zones import (
+from kubeddp.tools.cluster.keeper_zones import (
     EVICTION_SECONDS,
     FORCE_DETACH_SECONDS,
     zone_line,
     zone_redundant,
 )
-from kubeddp.tools.storage_classes import ClaimNeed
+from kubeddp.tools.cluster.storage_classes import ClaimNeed
 from tests.helpers.cluster_commands import (
     KEEPER_JOB_COMPANIONS,
     PYTORCHJOBS,

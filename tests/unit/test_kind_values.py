@@ -1,6 +1,7 @@
 """Every chart value, for every kind, either lands in the kind's objects where its `takes`
-table (tools/kinds/<kind>.py) says, or is refused with one line, or (another kind's section)
-changes nothing. A value added to tools/chart/values.py that a kind's table forgets fails here."""
+table (tools/manifests/kinds/<kind>.py) says, or is refused with one line, or (another kind's
+section) changes nothing. A value added to tools/manifests/chart/values.py that a kind's table
+forgets fails here."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from kubeddp.tools.chart.render import RenderError, render_documents
-from kubeddp.tools.helm_engine import merge_values
-from kubeddp.tools.kinds import KINDS, Ignored, JobKind, Lands, Refused, trainjob_fields
-from kubeddp.tools.kinds.trainjob import RUNTIME_DECIDES
-from kubeddp.tools.kinds.values import POD_FIELDS
+from kubeddp.tools.manifests.chart.render import RenderError, render_documents
+from kubeddp.tools.manifests.helm_engine import merge_values
+from kubeddp.tools.manifests.kinds import KINDS, Ignored, JobKind, Lands, Refused, trainjob_fields
+from kubeddp.tools.manifests.kinds.trainjob import RUNTIME_DECIDES
+from kubeddp.tools.manifests.kinds.values import POD_FIELDS
 from tests.helpers.kind_samples import SAMPLES, SETTABLE, untabled
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,7 +52,7 @@ def test_every_value_has_a_sample() -> None:
 @pytest.mark.parametrize("kind", KINDS.values(), ids=lambda kind: kind.name)
 def test_every_kind_says_how_it_takes_every_value(kind: JobKind) -> None:
     """A value a kind's table forgets (or one it names that the chart lacks) fails here."""
-    assert untabled(kind) == [], f"tools/kinds/{kind.name}.py TAKES"
+    assert untabled(kind) == [], f"tools/manifests/kinds/{kind.name}.py TAKES"
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ def test_every_kind_says_how_it_takes_every_value(kind: JobKind) -> None:
 )
 def test_each_value_lands_or_is_refused(kind: JobKind, path: str) -> None:
     how = kind.takes.get(path)
-    assert how is not None, f"tools/kinds/{kind.name}.py TAKES has no entry for {path!r}"
+    assert how is not None, f"tools/manifests/kinds/{kind.name}.py TAKES has no entry for {path!r}"
     sample = SAMPLES[path]
     if isinstance(how, Refused):
         with pytest.raises(RenderError) as refused:

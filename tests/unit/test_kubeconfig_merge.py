@@ -9,8 +9,8 @@ import os
 import pytest
 import yaml
 
-from kubeddp.tools import kubeconfig
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
+from kubeddp.tools.cluster import kubeconfig
 from tests.helpers import fake_api, reference
 
 pytestmark = pytest.mark.timeout(60)

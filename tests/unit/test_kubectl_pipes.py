@@ -28,7 +28,7 @@ WITHOUT_CLIENT = textwrap.dedent(
     """
     import sys
     sys.modules["kubernetes"] = sys.modules["kubeflow"] = None
-    from kubeddp.tools.cli import main
+    from kubeddp.tools.cli.main import main
     raise SystemExit(main(sys.argv[1:]))
     """
 )

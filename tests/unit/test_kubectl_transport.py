@@ -54,7 +54,7 @@ WITHOUT_CLIENT = textwrap.dedent(
     import signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.modules["kubernetes"] = sys.modules["kubeflow"] = None
-    from kubeddp.tools.cli import main
+    from kubeddp.tools.cli.main import main
     raise SystemExit(main(sys.argv[1:]))
     """
 )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kubeddp.tools import job_logs
+from kubeddp.tools.cluster import job_logs
 from tests.helpers import fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster
 from tests.helpers.fake_api import Streamed

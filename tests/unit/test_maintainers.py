@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kubeddp.tools.chart.values import BY_PATH, FLAGS, VALUES
-from kubeddp.tools.cli import build_parser
-from kubeddp.tools.kinds import KINDS, Lands, Refused
-from kubeddp.tools.kinds.trainjob import JOB as TRAINJOB
-from kubeddp.tools.kinds.trainjob import pod_field_takes
-from kubeddp.tools.kinds.values import POD_FIELDS
+from kubeddp.tools.cli.main import build_parser
+from kubeddp.tools.manifests.chart.values import BY_PATH, FLAGS, VALUES
+from kubeddp.tools.manifests.kinds import KINDS, Lands, Refused
+from kubeddp.tools.manifests.kinds.trainjob import JOB as TRAINJOB
+from kubeddp.tools.manifests.kinds.trainjob import pod_field_takes
+from kubeddp.tools.manifests.kinds.values import POD_FIELDS
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.config import WorkloadConfig, load_config, workload_names
 from kubeddp.trainer.worker.checkpoint import parts as checkpoint_parts
@@ -175,8 +175,8 @@ def test_every_workload_trains_two_steps(name: str) -> None:
 
 # ---- Each recipe's true file list, derived from what exists ------------------------------
 # A file that names every existing instance of a thing must name a new one too; a path that
-# exists once per instance (tools/kinds/NAME.py) is one a new instance adds. Generated files
-# (`do not edit`) are the recipe's `make` line, not its list.
+# exists once per instance (tools/manifests/kinds/NAME.py) is one a new instance adds. Generated
+# files (`do not edit`) are the recipe's `make` line, not its list.
 
 
 def _naming_every(words: list[str], pattern: str = r"\b{}\b") -> set[str]:

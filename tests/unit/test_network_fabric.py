@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from kubeddp.tools.chart import fabric
-from kubeddp.tools.chart.render import render_documents
-from kubeddp.tools.chart.render_options import values_from_args
-from kubeddp.tools.cli import parse_command
-from kubeddp.tools.k8s_names import KUEUE_TOPOLOGY_ANNOTATIONS
-from kubeddp.tools.validate import validate_documents
+from kubeddp.tools.cli.main import parse_command
+from kubeddp.tools.manifests.chart import fabric
+from kubeddp.tools.manifests.chart.render import render_documents
+from kubeddp.tools.manifests.chart.render_options import values_from_args
+from kubeddp.tools.manifests.k8s_names import KUEUE_TOPOLOGY_ANNOTATIONS
+from kubeddp.tools.manifests.validate import validate_documents
 from kubeddp.trainer.constants import ENV_NETWORK_FABRIC
 from tests.helpers.render import pod_templates
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.client_errors import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
-from kubeddp.tools.kubectl_proxy import KUBECTL_ENV
+from kubeddp.tools.cli.client_errors import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
+from kubeddp.tools.cluster.kubectl_proxy import KUBECTL_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeddp"
@@ -54,8 +54,8 @@ def test_render_uses_the_chart_in_the_wheel(wheel: Path, tmp_path: Path) -> None
     zipfile.ZipFile(wheel).extractall(site)
     script = textwrap.dedent(
         f"""
-        from kubeddp.tools.cli import main
-        from kubeddp.tools.chart.render import chart_dir
+        from kubeddp.tools.cli.main import main
+        from kubeddp.tools.manifests.chart.render import chart_dir
         assert str(chart_dir()).startswith({str(site)!r}), chart_dir()
         raise SystemExit(main(["render", "indexedjob", "--validate-against", "offline"]))
         """
@@ -79,7 +79,7 @@ def run_without(modules: tuple[str, ...], argv: list[str], tmp_path: Path):
         import sys
         for name in {list(modules)!r}:
             sys.modules[name] = None
-        from kubeddp.tools.cli import main
+        from kubeddp.tools.cli.main import main
         raise SystemExit(main({argv!r}))
         """
     )
@@ -108,7 +108,7 @@ COMMANDS = {
     "submit": ["submit", "pytorchjob", "--validate-against", "offline"],
     "submit-file": ["submit", "-f", "job.yaml", "--validate-against", "offline"],
 }
-# The cluster commands need kubectl or the `kube` extra's client (tools/kube_transport.py).
+# The cluster commands need kubectl or the `kube` extra's client (tools/cluster/kube_transport.py).
 CLUSTER_COMMANDS = {
     "status": ["status", "demo"],
     "logs": ["logs", "demo"],
@@ -173,7 +173,7 @@ def test_no_helm_anywhere_says_what_to_install(command: str, tmp_path: Path) -> 
 
 def test_wheel_carries_the_validation_schemas(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    schemas = {n for n in names if n.startswith("kubeddp/tools/schemas/")}
+    schemas = {n for n in names if n.startswith("kubeddp/tools/manifests/schemas/")}
     assert {n.rsplit("/", 1)[1] for n in schemas} == {
         "core-v1.37.0.json",
         "pytorchjob-v1.9.4.json",

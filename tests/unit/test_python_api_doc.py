@@ -61,7 +61,7 @@ def test_the_cells_run_in_order(tmp_path, monkeypatch, capsys) -> None:
     assert "3 no job named 'no-such-job' in namespace 'team'" in out
     assert "pytorchjob/demo deleted" in out
     posted = [r["body"]["kind"] for r in api.calls("POST")]
-    # the job first, then what it owns (tools/submit_order.py)
+    # the job first, then what it owns (tools/cluster/submit_order.py)
     assert posted[0] == "PyTorchJob"
     assert sorted(posted[1:]) == sorted(["ConfigMap", "PersistentVolumeClaim", "Secret", "Service",
                                          "Deployment", "NetworkPolicy"])  # fmt: skip

@@ -11,10 +11,10 @@ import json
 import pytest
 import yaml
 
-from kubeddp.tools import k8s_names as N
-from kubeddp.tools.cli import main
-from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.validate import validate_documents
+from kubeddp.tools.cli.main import main
+from kubeddp.tools.manifests import k8s_names as N
+from kubeddp.tools.manifests.kinds import KINDS
+from kubeddp.tools.manifests.validate import validate_documents
 from kubeddp.trainer import constants as C
 from kubeddp.trainer import exit_codes
 from tests.helpers.render import pod_templates, secret_values_masked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 
 BAD_OPTIONS = [
     (["pytorchjob", "--name", "Bad_Name"], "--name"),

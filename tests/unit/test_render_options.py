@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kubeddp.tools.chart.render_options import values_from_args
-from kubeddp.tools.chart.values import FLAGS, NOT_FLAGS, VALUES, flag_sets
-from kubeddp.tools.cli import parse_command
+from kubeddp.tools.cli.main import parse_command
+from kubeddp.tools.manifests.chart.render_options import values_from_args
+from kubeddp.tools.manifests.chart.values import FLAGS, NOT_FLAGS, VALUES, flag_sets
 from tests.helpers.kind_samples import derived_case
 from tests.helpers.render import render_job
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.launcher.script_check import (
+from kubeddp.trainer.script_check.checks import (
     PITFALL,
     RULE_TABLE,
     RULES,
@@ -25,8 +25,8 @@ from kubeddp.trainer.launcher.script_check import (
     check_file,
     check_source,
 )
-from kubeddp.trainer.launcher.script_source import MAX_SCRIPT_BYTES
-from kubeddp.trainer.launcher.spawn_detection import spawns_workers, spawns_workers_in
+from kubeddp.trainer.script_check.source import MAX_SCRIPT_BYTES
+from kubeddp.trainer.script_check.spawn import spawns_workers, spawns_workers_in
 from tests.helpers import procs
 
 SCRIPTS = procs.REPO / "tests" / "tutorial_scripts"

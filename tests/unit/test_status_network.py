@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from kubeddp.tools import pod_metrics
+from kubeddp.tools.cluster import pod_metrics
 from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import MetricsConfig
 from kubeddp.trainer.launcher.metrics_server import start_pod_metrics

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from kubeddp.client import KubeddpError
-from kubeddp.tools import pod_metrics
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
+from kubeddp.tools.cluster import pod_metrics
 from kubeddp.trainer import exit_codes
 from tests.helpers import fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster

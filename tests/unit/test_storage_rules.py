@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubeddp.tools import helm_engine
-from kubeddp.tools.chart import generate
-from kubeddp.tools.chart.render import chart_dir
+from kubeddp.tools.generate import chart_files as generate
+from kubeddp.tools.manifests import helm_engine
+from kubeddp.tools.manifests.chart.render import chart_dir
 from kubeddp.trainer import storage_rules
 from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import stall_watch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeddp.tools import trainjob_submit
+from kubeddp.tools.cluster import trainjob_submit
 from kubeddp.trainer.exit_codes import CLUSTER_ERROR
 from tests.helpers import fake_api
 from tests.helpers.admission import ApiObjects

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from kubeddp.tools.cli import main
-from kubeddp.tools.terminal_text import printable
+from kubeddp.tools.cli.main import main
+from kubeddp.tools.cluster.terminal_text import printable
 from tests.helpers import fake_api
 from tests.helpers.api_client import fake_cluster
 

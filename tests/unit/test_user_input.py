@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kubeddp import api
-from kubeddp.tools.kinds import KINDS
-from kubeddp.tools.kube import Expected, KubeError
-from kubeddp.tools.resources import POD
+from kubeddp.tools.cluster.kube import Expected, KubeError
+from kubeddp.tools.manifests.kinds import KINDS
+from kubeddp.tools.manifests.resources import POD
 from kubeddp.trainer.launcher.program_options import ProgramError, program_from_options
 from kubeddp.trainer.launcher.user_input import host_problem, rdzv_conf_problem
 from kubeddp.trainer.worker.metrics import readable_files, recorded_restarts

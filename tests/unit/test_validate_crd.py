@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from kubeddp.tools.validate import validate_documents
+from kubeddp.tools.manifests.validate import validate_documents
 from tests.helpers import reference
 from tests.helpers.manifest_paths import PYTORCHJOB_WORKER_POD, TRAINJOB_POD
 from tests.helpers.render import job_of

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from kubeddp.tools.cli import main
+from kubeddp.tools.cli.main import main
 from tests.helpers import render
 from tests.helpers.manifest_paths import PYTORCHJOB_REPLICAS, TRAINJOB_POD
 

@@ -1,6 +1,6 @@
 """`validate` on every field of each job kubeddp renders replaced by a value of another type
 (a list, a string, a number): problems are reported, nothing crashes. The kinds' own
-rules (tools/kinds) read fields a schema has not checked yet, so each must cope with any
+rules (tools/manifests/kinds) read fields a schema has not checked yet, so each must cope with any
 shape."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubeddp.tools.validate import validate_documents
+from kubeddp.tools.manifests.validate import validate_documents
 from tests.helpers import render
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,7 +1,7 @@
 """Which kinds take a chart value is said in its help only by the note written from the kinds'
-`takes` tables (tools/chart/kind_notes.py): `kubeddp render --help`, values.yaml and the chart
-README name exactly the kinds whose table says the value lands, and no hand-written doc, option
-help or section doc states a kind restriction of its own."""
+`takes` tables (tools/manifests/chart/kind_notes.py): `kubeddp render --help`, values.yaml and the
+chart README name exactly the kinds whose table says the value lands, and no hand-written doc,
+option help or section doc states a kind restriction of its own."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.tools.chart.generate import CHART
-from kubeddp.tools.chart.values import FLAGS, SECTIONS, VALUES
-from kubeddp.tools.cli import parse_command
-from kubeddp.tools.kinds import KINDS, Lands
+from kubeddp.tools.cli.main import parse_command
+from kubeddp.tools.generate.chart_files import CHART
+from kubeddp.tools.manifests.chart.values import FLAGS, SECTIONS, VALUES
+from kubeddp.tools.manifests.kinds import KINDS, Lands
 from tests.helpers.kind_restrictions import K, partly_taken, restriction_in
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,7 +39,9 @@ def test_no_hand_written_text_states_a_kind_restriction() -> None:
         for where, text, paths in hand_written()
         if (found := restriction_in(text, paths))
     }
-    assert stated == {}, "say it in the kind's TAKES table (tools/kinds/*.py), not in the help"
+    assert stated == {}, (
+        "say it in the kind's TAKES table (tools/manifests/kinds/*.py), not in the help"
+    )
 
 
 @pytest.mark.parametrize(

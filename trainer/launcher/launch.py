@@ -222,7 +222,7 @@ def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
     """The pitfalls `kubeddp check` would name in the script, as warnings."""
     if args.script is None:
         return
-    from kubeddp.trainer.launcher.script_check import warnings_for
+    from kubeddp.trainer.script_check.checks import warnings_for
 
     warned = warnings_for(args.script, args.nnodes, after_dash)
     if not any(" spawn-several-nodes: " in line for line in warned):  # launch refuses it

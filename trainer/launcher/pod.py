@@ -14,14 +14,9 @@ from collections.abc import Callable, Mapping
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
-from kubeddp.trainer.launcher import (
-    checkpoint_sync,
-    command_name,
-    end_signals,
-    finished_run,
-    keeper_pod,
-    trainjob_status,
-)
+from kubeddp.trainer.keeper import pod as keeper_pod
+from kubeddp.trainer.keeper import sync as checkpoint_sync
+from kubeddp.trainer.launcher import command_name, end_signals, finished_run, trainjob_status
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (

@@ -274,7 +274,7 @@ def program_spawns_workers(program: Program, flag: bool | None) -> bool:
         return flag
     if program.mode != "script":
         return False  # a module is not read: --spawns-workers says so
-    from kubeddp.trainer.launcher.spawn_detection import spawns_workers
+    from kubeddp.trainer.script_check.spawn import spawns_workers
 
     return spawns_workers(program.target)
 

@@ -1,7 +1,7 @@
 """A program that starts its own DDP workers, run by kubeddp as one of several workers, is named
 in one line when it does so.
 
-launch reads a script to tell whether it spawns its workers (launcher/spawn_detection.py) and
+launch reads a script to tell whether it spawns its workers (script_check/spawn.py) and
 then runs it once per node. What reading cannot follow (a start through another library, a
 module run with --module, code built at run time) reaches this guard: the runner watches
 multiprocessing's Process.start, and the first process the program starts before it has a

@@ -1,6 +1,6 @@
 {{/*
 The checkpoint keeper's sizes and secret, computed here from keeper_sizing's constants
-($c.keeperSizing, which launch reads too: trainer/launcher/keeper_sizing.py), so the training
+($c.keeperSizing, which launch reads too: trainer/keeper/sizing.py), so the training
 pods' grace period and emptyDir and the keeper's resources follow checkpoints.size the way
 launch plans its last send. tests/unit/test_keeper_manifests.py renders them against the
 Python functions.

@@ -1,5 +1,5 @@
 {{/*
-network.fabric (tools/chart/fabric.py: each profile adds what its provider documents) and
+network.fabric (tools/manifests/chart/fabric.py: each profile adds what its provider documents) and
 placement (one topology domain for the job's pods). _pod.tpl writes what these give into the
 one training pod; the rules that refuse what cannot work are kubeddp.validateNetwork.
 */}}

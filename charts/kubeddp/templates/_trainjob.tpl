@@ -2,8 +2,8 @@
 The pod of _pod.tpl as a TrainJob carries it; dict as for kubeddp.podTemplate. Gives
 {trainer: the training container's fields spec.trainer has (resources as resourcesPerNode),
 patch: the pod template of its runtimePatches}. The table is read from the Trainer CRD
-(tools/kinds/trainjob_fields.py): a field in neither part is the runtime's, and
-tools/kinds/trainjob.py refuses the values that write one.
+(tools/manifests/kinds/trainjob_fields.py): a field in neither part is the runtime's, and
+tools/manifests/kinds/trainjob.py refuses the values that write one.
 */}}
 {{- define "kubeddp.trainJobPod" -}}
 {{- $c := include "kubeddp.constants" .root | fromYaml }}

@@ -1,0 +1,141 @@
+"""What a pod's checkpoint.dir holds, as the checkpoint keeper keeps it.
+
+- a top-level directory holding a regular COMPLETE file is a checkpoint (a unit): sent once,
+  whole, committed by one rename (the built-in trainer renames one into place only when it is
+  whole). Its COMPLETE marker lists its files' digests (trainer/checkpoint_digest.py);
+- every other regular file is a loose file (a script's `snapshot.pt`, a user's `.env`, the
+  retry budget's record, the stall reports), sent when it stopped changing;
+- a link whose target is relative and stays inside checkpoint.dir is kept as a link;
+- kubeddp's own passing files are not sent: the writer's temporaries and lock, the sync's
+  staging, this pod's own records (`.kubeddp-pod/`);
+- anything else (a link out of checkpoint.dir, a FIFO, a name that is not UTF-8) is refused
+  with one line, once: never dropped silently, never a failure of the sync.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubeddp.trainer.keeper.protocol import (
+    MARKER,
+    MAX_NAME_BYTES,
+    RESERVED_TOP,
+    UNIT_RECORD,
+    link_target_inside,
+)
+
+POD_DIR = ".kubeddp-pod"  # this pod's own records, never sent
+SYNC_PREFIX = ".kubeddp-sync-"  # staging of fetches
+# kubeddp's passing files at the top of checkpoint.dir: never worth keeping
+PASSING_PREFIXES = (".tmp-ckpt-", SYNC_PREFIX, ".kubeddp-note-", ".kubeddp-aside-", POD_DIR)
+PASSING_NAMES = (".kubeddp-writer.lock", ".kubeddp-probe", "lost+found", *RESERVED_TOP)
+MAX_DEPTH = 32
+Stamp = tuple[int, int]  # (size, mtime_ns)
+
+
+@dataclass
+class LocalView:
+    units: dict[str, dict[str, Stamp]] = field(default_factory=dict)  # name -> its files
+    loose: dict[str, Stamp] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # path -> why it is not kept
+
+
+def passing(rel: str) -> bool:
+    """kubeddp's own passing files (not the retry records or stall reports: those are kept)."""
+    parts = rel.split("/")
+    if parts[-1].startswith(SYNC_PREFIX) or parts[-1].startswith(UNIT_RECORD):
+        return True
+    if len(parts) > 1 and parts[0] == ".kubeddp-retries" and parts[-1].endswith(".tmp"):
+        return True
+    return parts[0] in PASSING_NAMES or parts[0].startswith(PASSING_PREFIXES)
+
+
+def _named(name: str) -> str | None:
+    """Why a name cannot travel, or None."""
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8; rename it"
+    if len(encoded) > MAX_NAME_BYTES:
+        return "its name is too long"
+    return None
+
+
+def scan(root: Path) -> LocalView:
+    view = LocalView()
+    for entry in _entries(root):
+        rel = entry.name
+        if passing(rel):
+            continue
+        why = _named(entry.name)
+        if why:
+            view.refused[_shown(rel)] = why
+            continue
+        if entry.is_dir(follow_symlinks=False) and _is_unit(Path(entry.path)):
+            files: dict[str, Stamp] = {}
+            _walk(Path(entry.path), rel, view, files, 0, unit=True)
+            view.units[rel] = files
+        else:
+            _walk(Path(entry.path), rel, view, view.loose, 0, unit=False)
+    return view
+
+
+def _is_unit(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path / MARKER).st_mode)
+    except OSError:
+        return False
+
+
+def _walk(path: Path, rel: str, view: LocalView, into: dict, depth: int, unit: bool) -> None:
+    try:
+        info = os.lstat(path)
+    except OSError:  # removed meanwhile
+        return
+    if stat.S_ISREG(info.st_mode):
+        into[rel] = (info.st_size, info.st_mtime_ns)
+    elif stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path)
+        if unit:
+            view.refused[rel] = "a link inside a checkpoint is not kept"
+        elif _named(target) or not link_target_inside(rel, target):
+            view.refused[rel] = f"a link to {target!r}, outside checkpoint.dir, is not kept"
+        else:
+            view.links[rel] = target
+    elif stat.S_ISDIR(info.st_mode) and depth < MAX_DEPTH:
+        for entry in _entries(path):
+            child = f"{rel}/{entry.name}"
+            if passing(child):
+                continue
+            why = _named(entry.name)
+            if why:
+                view.refused[f"{rel}/{_shown(entry.name)}"] = why
+                continue
+            _walk(Path(entry.path), child, view, into, depth + 1, unit)
+    elif not stat.S_ISDIR(info.st_mode):
+        view.refused[rel] = "not a regular file (a FIFO, socket or device) is not kept"
+
+
+def _shown(name: str) -> str:
+    """A name as a line can show it (undecodable bytes as \\xNN)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _entries(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as found:
+            return sorted(found, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def stamp(path: Path) -> Stamp | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns) if stat.S_ISREG(info.st_mode) else None
