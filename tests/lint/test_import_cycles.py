@@ -102,3 +102,46 @@ def test_no_import_cycle_in_trainer_or_tools() -> None:
     assert not cycles, "import cycles (move the shared piece down into its own module):\n" + (
         "\n".join(" <-> ".join(c) for c in cycles)
     )
+
+
+# Which rooms of tools/ a room may import (docs/maintainers.md, "The rooms"): the command line
+# uses the cluster API and the manifests, the cluster API uses the manifests, the manifests use
+# neither; the build-time generators may use anything, and nothing that ships imports them.
+TOOLS_ROOMS_MAY_USE = {
+    "cli": {"cli", "cluster", "manifests"},
+    "cluster": {"cluster", "manifests"},
+    "manifests": {"manifests"},
+    "generate": {"generate", "cli", "cluster", "manifests"},
+}
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports against the rooms' direction: trainer -> tools, a tools room -> one it may not
+    use, anything -> tools.generate from outside it."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        parts = name.split(".")
+        for target in sorted(targets):
+            tparts = target.split(".")
+            if parts[1] == "trainer" and tparts[1] == "tools":
+                found.append(f"{name} -> {target} (trainer never imports tools)")
+            elif parts[1] == tparts[1] == "tools" and len(parts) > 2 and len(tparts) > 2:
+                room, troom = parts[2], tparts[2]
+                allowed = TOOLS_ROOMS_MAY_USE.get(room)
+                if allowed is not None and troom in TOOLS_ROOMS_MAY_USE and troom not in allowed:
+                    found.append(f"{name} -> {target} (tools/{room} may not use tools/{troom})")
+    return found
+
+
+def test_room_checker_sees_a_wrong_direction() -> None:
+    graph = {
+        "kubeddp.tools.manifests.kinds": {"kubeddp.tools.cluster.kube"},
+        "kubeddp.tools.cli.main": {"kubeddp.tools.cluster.kube"},
+        "kubeddp.trainer.launcher.pod": {"kubeddp.tools.manifests.k8s_names"},
+    }
+    assert len(room_violations(graph)) == 2
+
+
+def test_imports_follow_the_rooms() -> None:
+    violations = room_violations(import_graph())
+    assert not violations, "imports against the rooms' direction:\n" + "\n".join(violations)
