@@ -399,6 +399,17 @@ leg_training_operator() {
 
 leg_trainer() {
   install_trainer
+  # This cluster serves both operators' APIs: the chart's kind auto (Helm's capabilities from
+  # the real discovery) and `kubeddp submit` without a KIND (its own discovery) pick TrainJob.
+  log "kind auto: helm install --dry-run=server and kubeddp submit pick the TrainJob"
+  helm install ci-auto charts/kubeddp "${CHART_KIND_VALUES[@]}" "${TRAINJOB_CHART[@]}" \
+    --set kind=auto --dry-run=server > "${WORK}/ci-auto.txt"
+  grep -q '^kind: TrainJob$' "${WORK}/ci-auto.txt" \
+    || fail "kind auto did not render a TrainJob where Trainer is served"
+  "${KUBEDDP}" submit --name kubeddp-auto --dry-run client --validate-against offline \
+    > "${WORK}/kubeddp-auto.yaml" 2> "${WORK}/kubeddp-auto.err"
+  grep -q '^kind: TrainJob$' "${WORK}/kubeddp-auto.yaml" \
+    || fail "kubeddp submit without a KIND: $(head -1 "${WORK}/kubeddp-auto.err")"
   log "TrainJob, 2 nodes (kubeddp render trainjob; k8s/trainjob.yaml with the CPU image)"
   render trainjob --name kubeddp-trainjob-cpu --nodes 2 --nproc-per-node 1 \
     > "${WORK}/kubeddp-trainjob-cpu.yaml"

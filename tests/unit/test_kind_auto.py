@@ -198,3 +198,19 @@ def test_the_library_with_api_versions_picks_and_notes_say_why(apis, expected) -
         assert f"kind auto: {expected}, since the cluster serves {apis[0]}" in notes
     given = rendered_with_api_versions({"kind": "IndexedJob"}, apis)["kubeddp/templates/NOTES.txt"]
     assert "kind auto" not in given and "IndexedJob" in given
+
+
+# ---- Trainer v2.4.0's release notes, checked against what kubeddp renders ---------------------
+
+# "limit ReplicatedJob name length to 20 characters in runtimes" (Trainer v2.4.0, #4394)
+TRAINER_2_4_MAX_REPLICATED_JOB_NAME = 20
+
+
+def test_the_runtime_kubeddp_renders_meets_trainer_2_4s_replicated_job_names() -> None:
+    docs = render_job("trainjob", "--name", "a-job-name-of-forty-characters-long-abcd")
+    (runtime,) = [d for d in docs if d["kind"] == "TrainingRuntime"]
+    names = [job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
+    assert names and all(len(n) <= TRAINER_2_4_MAX_REPLICATED_JOB_NAME for n in names), names
+    (job,) = [d for d in docs if d["kind"] == "TrainJob"]
+    patched = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    assert [r["name"] for r in patched["replicatedJobs"]] == names
