@@ -397,11 +397,11 @@ leg_training_operator() {
   assert_trained "training.kubeflow.org/job-name=${job}" 3
 }
 
-leg_trainer() {
-  install_trainer
-  # This cluster serves Trainer's API: the chart's kind auto (Helm's capabilities from the real
-  # discovery) and `kubeddp submit` without a KIND (its own discovery) pick TrainJob; an upgrade
-  # of a release that runs an Indexed Job keeps it (the chart's lookup of the release's job).
+# On a cluster that serves Trainer's API (and not training-operator's): the chart's kind auto
+# (Helm's capabilities from the real discovery) and `kubeddp submit` without a KIND (its own
+# discovery) pick TrainJob; an upgrade of a release that runs an Indexed Job keeps it (the
+# chart's lookup of the release's job).
+assert_kind_auto() {
   log "kind auto: helm install --dry-run=server and kubeddp submit pick the TrainJob"
   helm install ci-auto charts/kubeddp "${CHART_KIND_VALUES[@]}" "${TRAINJOB_CHART[@]}" \
     --set kind=auto --dry-run=server > "${WORK}/ci-auto.txt"
@@ -418,6 +418,11 @@ leg_trainer() {
     fail "helm upgrade with kind auto did not keep the release's Indexed Job"
   fi
   helm uninstall ci-kept --wait
+}
+
+leg_trainer() {
+  install_trainer
+  assert_kind_auto
   log "TrainJob, 2 nodes (kubeddp render trainjob; k8s/trainjob.yaml with the CPU image)"
   render trainjob --name kubeddp-trainjob-cpu --nodes 2 --nproc-per-node 1 \
     > "${WORK}/kubeddp-trainjob-cpu.yaml"
