@@ -8,7 +8,7 @@
 - `report_step(step, samples, loss=None, tokens=None, *, total_steps=None, epoch=None,
   total_epochs=None, metrics=None)`: once per optimizer step on every rank; feeds the pod's
   /metrics like the built-in trainer (kubeddp_step, kubeddp_samples_total,
-  kubeddp_tokens_total, kubeddp_loss, kubeddp_epoch, kubeddp_step_duration_seconds{rank}: the
+  kubeddp_tokens_total, kubeddp_loss, kubeddp_epoch, kubeddp_step_duration_seconds: the
   time between two calls). A no-op where `kubeddp launch` serves no metrics. On a TrainJob
   whose controller offers Kubeflow Trainer's status endpoint, rank 0's calls also fill the
   TrainJob's status.trainerStatus: step, total_steps (percentage, remaining time), epochs,

@@ -329,6 +329,11 @@ class MetricsConfig:
     bind: str = setting("auto", "`auto` = `0.0.0.0` in a pod, `127.0.0.1` elsewhere; or an address")
     pushgateway: str = setting("", "`host:port` of a Pushgateway for a final summary; empty = off")
     push_job: str = setting("kubeddp", "Pushgateway job name")
+    per_rank: bool = setting(
+        False,
+        "per-rank detail on `/metrics`: the step-time histogram by rank, and each rank's step, "
+        "phase, collectives and busy time: 26 series more per rank (docs/metrics.md)",
+    )
 
 
 @dataclass

@@ -16,7 +16,9 @@ other's for it (tests/lint/test_process_contract.py):
 - rank 0's progress record for a TrainJob's status (worker/status_feed.py writes it,
   launcher/trainjob_status.py posts it to Kubeflow Trainer);
 - rank 0's network check results (worker/network.py writes them, launcher/network_metrics.py
-  serves them on /metrics).
+  serves them on /metrics);
+- each worker's metrics (worker/metrics.py writes them, launcher/worker_metrics.py serves the
+  merge of every worker's, live or dead, on /metrics).
 
 Files live in the directories launch names in the environment; every name here is part of the
 contract, so changing one changes both sides at once.
@@ -28,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import signal
 import struct
 import time
@@ -48,7 +51,8 @@ ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # where the rendezvous came from; shown
 ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"  # "1": the program spawns its own workers
 ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"  # where a worker of a program notes that it returned 0
 ENV_DIAG_DIR = "KUBEDDP_DIAG_DIR"  # the ranks' heartbeat records (no diagnostics: unset)
-# prometheus_client's own variable: the workers' metric files, which launch serves merged
+# prometheus_client's own variable: where the workers write their metric files (kubeddp's own,
+# below, and a user's program's prometheus_client files), which launch serves merged
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
 # Rank 0's network check results, JSON, in the ENV_PROMETHEUS_MULTIPROC_DIR directory
@@ -336,3 +340,38 @@ def read_snapshot(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# ---- Each worker's metrics: one small JSON file per worker process ---------------------------
+# In $PROMETHEUS_MULTIPROC_DIR. The worker (worker/metrics.py) replaces its file whole (a
+# rename) at most every 0.1 s, so a reader never sees half of one; launch
+# (launcher/worker_metrics.py) merges every file there at each scrape. A restarted rank writes
+# a new file: the old one's counts stay, so counters never go back.
+WORKER_METRICS_SUFFIX = ".metrics.json"
+WORKER_METRICS_VERSION = 1
+
+
+def worker_metrics_path(directory: str | Path, rank: int) -> Path:
+    """A file of this worker process's own (a pid can come back after many restarts)."""
+    name = f"worker-{rank}-{os.getpid()}-{secrets.token_hex(4)}{WORKER_METRICS_SUFFIX}"
+    return Path(directory) / name
+
+
+def write_worker_metrics(path: Path, record: dict[str, Any]) -> None:
+    """Replace `path` with `record` in one rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**record, "version": WORKER_METRICS_VERSION}))
+    os.replace(tmp, path)
+
+
+def read_worker_metrics(directory: str | Path) -> list[dict[str, Any]]:
+    """Every worker's latest record in `directory`; unreadable or foreign files left out."""
+    records = []
+    for path in sorted(Path(directory).glob(f"*{WORKER_METRICS_SUFFIX}")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("version") == WORKER_METRICS_VERSION:
+            records.append(record)
+    return records

@@ -1,13 +1,12 @@
-"""TrainingMetrics in real worker-like processes writing prometheus_client multiprocess files.
+"""TrainingMetrics in real worker-like processes writing their metrics files.
 
-Each "worker" is a fresh Python process (prometheus_client picks its file-backed values when it
-is imported with PROMETHEUS_MULTIPROC_DIR set, as in a torchrun worker); the test reads the
-directory the way the launch process serves it.
+Each "worker" is a fresh Python process with PROMETHEUS_MULTIPROC_DIR set, as in a torchrun
+worker; the test reads the directory the way the launch process serves it
+(launcher/worker_metrics.py).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from kubeddp.trainer.launcher.worker_metrics import WorkerMetricsCollector
 from tests.helpers.metrics import on_step_call
 
 WORKER = textwrap.dedent(
@@ -60,11 +59,10 @@ def run_worker(
     subprocess.run([sys.executable, "-c", WORKER, *args], env=env, check=True, timeout=60)
 
 
-def served(directory: Path) -> dict[tuple[str, tuple], float]:
-    files = glob.glob(os.path.join(directory, "*.db"))
+def served(directory: Path, per_rank: bool = True) -> dict[tuple[str, tuple], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in MultiProcessCollector.merge(files)
+        for family in WorkerMetricsCollector(str(directory), per_rank).collect()
         for s in family.samples
     }
 
