@@ -1,5 +1,7 @@
 """The Grafana dashboard: valid JSON, a data-source variable, a fixed uid, the panels users need,
-and PromQL that names only metrics the trainer really exports (and parses, with promtool)."""
+and PromQL that names only metrics the trainer really exports or NVIDIA's dcgm-exporter really
+serves (and parses, with promtool); the GPU panels evaluated by Prometheus' engine (`promtool
+test rules`) over the exporter's series, each naming the right rank and node."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import dcgm
 from tests.helpers.metrics import exported_families
 
 DASHBOARD = (
@@ -116,7 +119,7 @@ def test_step_time_panel_shows_p50_and_p99_per_pod() -> None:
 
 
 def test_every_expression_names_only_exported_metrics(tmp_path: Path) -> None:
-    exported = exported_sample_names(tmp_path)
+    exported = exported_sample_names(tmp_path) | dcgm.names() | dcgm.ALIASES
     for expr in exprs():
         metrics, functions = names_in(expr)
         assert metrics, f"no metric in {expr!r}"
@@ -150,4 +153,74 @@ def test_expressions_parse_with_promtool(tmp_path: Path) -> None:
     done = subprocess.run(
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _gpu_panel(title: str) -> dict[str, str]:
+    """refId -> expression of a GPU panel, with Grafana's variables as a user's pick sets them."""
+    (panel,) = [p for p in panels() if p["title"] == title]
+    out = {}
+    for target in panel["targets"]:
+        expr = target["expr"].replace("$job", dcgm.KUBEDDP_JOB).replace("$pod", ".*")
+        out[target["refId"]] = expr.replace("$__rate_interval", "5m")
+    return out
+
+
+def _ranks(*flagged: str, every: bool = False) -> list[dict]:
+    """Expected samples of a per-rank panel, as `(expr) > bool 0`: 1 for each flagged rank and,
+    with `every`, 0 for the others (a rank whose GPU series exist but show nothing)."""
+    ranks = dcgm.RANK_LABELS if every else {r: dcgm.RANK_LABELS[r] for r in flagged}
+    out = []
+    for rank, labels in ranks.items():
+        shown = ",".join(f'{k}="{v}"' for k, v in {"rank": rank, **labels}.items() if k != "UUID")
+        out.append({"labels": f"{{{shown}}}", "value": 1 if rank in flagged else 0})
+    return out
+
+
+XID_79 = {**dcgm.RANK_LABELS["3"], "rank": "3", "err_code": "79",
+          "err_msg": "GPU has fallen off the bus"}  # fmt: skip
+GPU_PANELS = [
+    # (panel, refId, minute, expected samples); the incidents: tests/helpers/dcgm.py
+    ("GPU XID errors per rank", "A", 15, []),  # another job's GPU is not shown
+    ("GPU XID errors per rank", "A", 25,
+     [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in XID_79.items()) + "}", "value": 1}]),
+    ("GPU throttling per rank", "D", 10, _ranks("2")),  # power cap
+    ("GPU throttling per rank", "A", 10, []),
+    ("GPU throttling per rank", "A", 45, _ranks("2")),  # HW slowdown
+    ("GPU throttling per rank", "B", 45, _ranks("2")),  # thermal
+    ("GPU throttling per rank", "C", 45, []),  # HW power brake
+    ("GPU SM activity per rank", "A", 5, _ranks("0", "1", "2", "3")),
+    ("GPU ECC errors per rank", "A", 32, _ranks("1", every=True)),  # uncorrectable
+    ("GPU ECC errors per rank", "B", 32, _ranks("0", every=True)),  # corrected
+    ("GPU ECC errors per rank", "C", 32, _ranks(every=True)),  # rows remapped: none
+    ("GPU NVLink errors per rank", "A", 52, _ranks(every=True)),  # CRC flit: none
+    ("GPU NVLink errors per rank", "B", 52, _ranks("0", every=True)),  # CRC data
+    ("GPU NVLink errors per rank", "C", 52, _ranks(every=True)),  # replay
+    ("GPU NVLink errors per rank", "D", 52, _ranks(every=True)),  # recovery
+]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs Debian's prometheus package")
+def test_the_gpu_panels_name_each_ranks_gpu(tmp_path: Path) -> None:
+    """Prometheus' engine evaluates each GPU panel over dcgm-exporter's series (as a
+    ServiceMonitor stores them) and kubeddp_rank_info: the rank and node of the GPU that had
+    the incident, and no other job's GPU."""
+    cases = [
+        {"expr": f"({_gpu_panel(title)[ref]}) > bool 0", "eval_time": f"{minute}m",
+         "exp_samples": expected}
+        for title, ref, minute, expected in GPU_PANELS
+    ]  # fmt: skip
+    covered = {(title, ref) for title, ref, _, _ in GPU_PANELS}
+    every = {(p["title"], t["refId"]) for p in panels() for t in p["targets"]
+             if "DCGM_" in t["expr"]}  # fmt: skip
+    assert every == covered, every - covered
+    rules = tmp_path / "none.yml"
+    rules.write_text("groups: []\n")
+    spec = {"rule_files": [str(rules)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": dcgm.incident_series(),
+                       "promql_expr_test": cases}]}  # fmt: skip
+    path = tmp_path / "test.yml"
+    path.write_text(yaml.safe_dump(spec))
+    done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

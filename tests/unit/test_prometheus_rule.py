@@ -1,6 +1,7 @@
 """The chart's PrometheusRule (monitoring.prometheusRule.enabled): each alert fires on the
 series kubeddp exports when it should and stays quiet when it should not, checked by
-Prometheus' own rule engine (`promtool test rules`, Debian's `prometheus` package)."""
+Prometheus' own rule engine (`promtool test rules`, Debian's `prometheus` package); the GPU
+alerts over NVIDIA dcgm-exporter's series as it serves them (tests/helpers/dcgm.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import dcgm
 from tests.helpers.chart import chart
 from tests.helpers.metrics import documented_tables, metric_rows
 
@@ -64,6 +66,17 @@ RESTART_SERIES = [
     _s("kubeddp_worker_restarts_total", POD1, "0x35 1x35"),
     _s("kubeddp_step", POD1, "0+3x70"),
 ]
+# GPU health: dcgm-exporter's series as it serves them, with the incidents of
+# tests/helpers/dcgm.py (incident_series says what happens to which rank's GPU, and when)
+RANK = dcgm.RANK_LABELS
+GPU_SERIES = dcgm.incident_series()
+
+
+def _gpu_alert(rank: str, severity: str, value: str = "", **labels: str) -> dict:
+    found = {"namespace": NS, "rank": rank, "severity": severity, **RANK[rank], **labels}
+    return {"exp_labels": found, "value": value}
+
+
 CASES = [
     ("KubeddpRankStalled", "3m", []),
     ("KubeddpRankStalled", "12m", [_alert(POD1, "critical", "8m 0s", rank="1")]),
@@ -81,6 +94,18 @@ CASES = [
     ),
     ("KubeddpRestartsWithoutProgress", "30m", []),
     ("KubeddpRestartsWithoutProgress", "65m", [_alert(POD0, "warning")]),
+    ("KubeddpGpuXid", "15m", []),  # another job's GPU: not this job's alert
+    (
+        "KubeddpGpuXid",
+        "21m",
+        [_gpu_alert("3", "critical", "79", err_code="79", err_msg="GPU has fallen off the bus")],
+    ),  # fmt: skip
+    ("KubeddpGpuUncorrectableMemoryError", "25m", []),
+    ("KubeddpGpuUncorrectableMemoryError", "31m", [_gpu_alert("1", "critical")]),
+    ("KubeddpGpuUncorrectableMemoryError", "50m", []),  # none in the last 15 minutes
+    ("KubeddpGpuThrottled", "12m", []),  # a power cap alone does not slow a GPU down
+    ("KubeddpGpuThrottled", "43m", []),  # not yet for 5 minutes
+    ("KubeddpGpuThrottled", "46m", [_gpu_alert("2", "warning", "72")]),
 ]
 
 
@@ -102,7 +127,7 @@ def test_each_alert_fires_on_the_series_kubeddp_exports(tmp_path: Path) -> None:
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
         "tests": [{"interval": "1m",
-                   "input_series": SERIES + NETWORK_SERIES + RESTART_SERIES,
+                   "input_series": SERIES + NETWORK_SERIES + RESTART_SERIES + GPU_SERIES,
                    "alert_rule_test": tests}],
     }  # fmt: skip
     test_file = tmp_path / "test.yaml"
@@ -129,3 +154,5 @@ def test_the_rules_use_only_series_kubeddp_exports() -> None:
     text = yaml.safe_dump(_rule()["spec"])
     used = set(re.findall(r"\b(kubeddp_[a-z_]+)\b", text))
     assert used and used <= exported, used - exported
+    gpu = set(re.findall(r"\b(DCGM_[A-Z0-9_]+)\b", text))  # what dcgm-exporter serves
+    assert gpu and gpu <= dcgm.names() | dcgm.ALIASES, gpu - dcgm.names()
