@@ -343,12 +343,16 @@ def read_snapshot(path: str | Path) -> dict[str, Any] | None:
 
 
 # ---- Each worker's metrics: one small JSON file per worker process ---------------------------
-# In $PROMETHEUS_MULTIPROC_DIR. The worker (worker/metrics.py) replaces its file whole (a
-# rename) at most every 0.1 s, so a reader never sees half of one; launch
+# In $PROMETHEUS_MULTIPROC_DIR. The worker (worker/metrics.py) rewrites its file in place at
+# most every 0.1 s: one pwrite, about 16 us. (A rename of a new file over it would be atomic,
+# but on ext4 it waits for the new file's data to reach the disk: 1-2 ms on the training
+# thread.) The record starts with "seq" and ends with "end", the same number: a read that
+# overlaps a write sees them differ, or no JSON, and reads again. Launch
 # (launcher/worker_metrics.py) merges every file there at each scrape. A restarted rank writes
 # a new file: the old one's counts stay, so counters never go back.
 WORKER_METRICS_SUFFIX = ".metrics.json"
 WORKER_METRICS_VERSION = 1
+_READS = 5  # tries of a file being rewritten before it is left out of this scrape
 
 
 def worker_metrics_path(directory: str | Path, rank: int) -> Path:
@@ -357,21 +361,42 @@ def worker_metrics_path(directory: str | Path, rank: int) -> Path:
     return Path(directory) / name
 
 
-def write_worker_metrics(path: Path, record: dict[str, Any]) -> None:
-    """Replace `path` with `record` in one rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**record, "version": WORKER_METRICS_VERSION}))
-    os.replace(tmp, path)
+class WorkerMetricsFile:
+    """The worker's side: its record, rewritten in place."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.seq = 0
+        self.longest = 0  # padded to the longest record so far: no old bytes stay after it
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.seq += 1
+        body = {"seq": self.seq, **record, "version": WORKER_METRICS_VERSION, "end": self.seq}
+        data = json.dumps(body).encode()
+        self.longest = max(self.longest, len(data))
+        os.pwrite(self.fd, data.ljust(self.longest), 0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 def read_worker_metrics(directory: str | Path) -> list[dict[str, Any]]:
     """Every worker's latest record in `directory`; unreadable or foreign files left out."""
     records = []
     for path in sorted(Path(directory).glob(f"*{WORKER_METRICS_SUFFIX}")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("version") == WORKER_METRICS_VERSION:
+        record = _read_whole_record(path)
+        if record is not None and record.get("version") == WORKER_METRICS_VERSION:
             records.append(record)
     return records
+
+
+def _read_whole_record(path: Path) -> dict[str, Any] | None:
+    for _ in range(_READS):
+        try:
+            record, _ = json.JSONDecoder().raw_decode(path.read_text())
+        except (OSError, ValueError):
+            continue  # empty (just made) or cut by a write under way: read again
+        if isinstance(record, dict) and record.get("seq") == record.get("end"):
+            return record
+    return None

@@ -192,3 +192,39 @@ def test_report_step_records_what_the_trainer_records(tmp_path: Path) -> None:
     assert out[("kubeddp_tokens_total", ())] == 128
     assert out[("kubeddp_loss", ())] == 0.25
     assert out[("kubeddp_step_duration_seconds_count", (("rank", "1"),))] == 1
+
+
+REWRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from kubeddp.trainer.process_contract import WorkerMetricsFile
+    out = WorkerMetricsFile(Path(sys.argv[1]))
+    for i in range(500):  # records that grow and shrink, 100 times a worker's pace
+        n = (i * 7919) % 3000
+        out.write({"n": n, "fill": "x" * n})
+        time.sleep(0.001)
+    """
+)
+
+
+def test_a_record_read_while_it_is_rewritten_is_whole_or_left_out(tmp_path: Path) -> None:
+    """The worker rewrites its file in place (no rename): a scrape that overlaps a write must
+    read the old record, the new one, or nothing, never a mix."""
+    from kubeddp.trainer.process_contract import WORKER_METRICS_SUFFIX, read_worker_metrics
+
+    path = tmp_path / f"worker-0-1-ab{WORKER_METRICS_SUFFIX}"
+    writer = subprocess.Popen([sys.executable, "-c", REWRITER, str(path)])
+    try:
+        seen = whole = 0
+        while writer.poll() is None:
+            if not path.exists() or not path.stat().st_size:
+                continue  # not written yet
+            for record in read_worker_metrics(tmp_path):
+                assert record["fill"] == "x" * record["n"], "a record mixed from two writes"
+                whole += 1
+            seen += 1
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    assert seen > 100 and whole >= 0.9 * seen, f"{whole} of {seen} reads found a whole record"
