@@ -7,7 +7,8 @@
   PATH, with `[cli,kube]` through the newest kubernetes client pip resolves and through the
   oldest client and urllib3 the `kube` extra declares, with `[sdk]` (a client below 36) too;
   with neither kubectl nor the client, one line and exit 2;
-- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs;
+- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs; `[tensorboard]` stays within
+  its documented size;
 - the metrics work with the newest prometheus-client pip resolves and with its lower bound
   (tests/helpers/metrics_probe.py);
 - `kubeddp --version` is the package version.
@@ -244,6 +245,20 @@ def test_cli_without_kubectl_or_client_says_what_to_install(venv: dict, tmp_path
     assert done.returncode == 2 and done.stdout == "", done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
+
+
+def test_tensorboard_extra_stays_within_its_documented_size(venv: dict) -> None:
+    """[tensorboard] on top of kubeddp (installed before the extras below bring packages it
+    shares); its reader imports (the writer needs torch, which this venv leaves out)."""
+    site = next(venv["root"].glob("lib/python*/site-packages"))
+    before = _size(site)
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"tensorboard"})], check=True,
+                   timeout=600)  # fmt: skip
+    added = _size(site) - before
+    print(f"\n[tensorboard] adds {added / MIB:.1f} MiB: {_versions(venv, 'tensorboard')}")
+    _within_documented({"kubeddp[tensorboard]": venv["sizes"]["kubeddp"] + added})
+    reader = "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator"
+    subprocess.run([str(venv["root"] / "bin" / "python"), "-c", reader], check=True, timeout=120)
 
 
 def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:

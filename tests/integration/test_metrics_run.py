@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers.readme import DOCS, doc_section
 
@@ -233,6 +235,7 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_counters_survive_a_killed_worker(tmp_path: Path) -> None:
+    """...and the TensorBoard curves of the killed and resumed run show each step once."""
     with training_run(tmp_path, epochs=25, max_restarts=1, linger=20) as run:
         scrapes: list[Scrape] = []
         while not scrapes or step_of(scrapes[-1]) < 150:
@@ -264,6 +267,52 @@ def test_counters_survive_a_killed_worker(tmp_path: Path) -> None:
     total_steps = int(LOG_STEP.search(run.output()).group(2))
     assert value(scrapes[-1], "kubeddp_step") == total_steps
     assert value(scrapes[-1], "kubeddp_step_duration_seconds_count") >= 2 * total_steps
+    # The TensorBoard curves beside the checkpoints: one event file per worker generation, and
+    # TensorBoard's own readers show each log step once, up to the last.
+    curves = tmp_path / "ckpt" / "tensorboard"
+    assert len(list(curves.glob("events.out.tfevents.*"))) >= 2, sorted(curves.iterdir())
+    expected = list(range(LOG_EVERY, total_steps + 1, LOG_EVERY))
+    if total_steps % LOG_EVERY:
+        expected.append(total_steps)  # the last step is a log step too
+    board = EventAccumulator(str(curves))
+    board.Reload()
+    assert [p.step for p in board.Scalars("train/loss")] == expected
+    assert [p.step for p in tensorboard_scalars(tmp_path / "ckpt", "train/loss")] == expected
+
+
+def tensorboard_scalars(logdir: Path, tag: str) -> list[Any]:
+    """`tensorboard --logdir` (its Rust data server, TensorBoard's default reader) over
+    `logdir`, asked for the run's points of `tag` through its HTTP API."""
+    port = free_port()
+    log = (logdir.parent / "tensorboard.log").open("wb")
+    server = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "tensorboard"), "--logdir", str(logdir), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast=true"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=tensorboard&tag={tag}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert server.poll() is None, (logdir.parent / "tensorboard.log").read_text()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    points = json.load(resp)
+            except (OSError, ValueError):
+                points = []  # not up yet, or the run not loaded yet
+            if points:
+                return [TensorBoardPoint(int(step), value) for _, step, value in points]
+            time.sleep(1)
+        raise AssertionError("tensorboard showed no points: " + url)
+    finally:
+        kill_group(server)
+        log.close()
+
+
+@dataclass
+class TensorBoardPoint:
+    step: int
+    value: float
 
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
