@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from kubeddp.trainer.config import load_config
 from kubeddp.trainer.process_contract import resolved_config_env
-from kubeddp.trainer.worker.curves import Curves
+from kubeddp.trainer.worker.curves import Curves, resolve_target
 from tests.helpers import s3server
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,6 +74,14 @@ def test_a_resumed_run_shows_each_step_once(tmp_path: Path) -> None:
     assert [p.step for p in rates] == [10, 20, 30, 40, 50]
     assert rates[0].value == pytest.approx(64 / 0.05)  # the warm-up step left out
     assert {"train/learning_rate", "train/step_seconds"} <= set(board.Tags()["scalars"])
+
+
+def test_where_the_curves_go() -> None:
+    assert resolve_target("auto", "/checkpoints/") == "/checkpoints/tensorboard"
+    assert resolve_target("auto", "s3://b/run") == "s3://b/run/tensorboard"
+    assert resolve_target("auto", "") == ""  # not the root's /tensorboard
+    assert resolve_target("off", "/checkpoints") == ""
+    assert resolve_target("/tb/run-7", "/checkpoints") == "/tb/run-7"
 
 
 def test_other_ranks_and_off_write_nothing(tmp_path: Path) -> None:

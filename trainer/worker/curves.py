@@ -50,6 +50,8 @@ def resolve_target(setting: str, checkpoint_dir: str) -> str:
         return ""
     if setting != "auto":
         return setting
+    if not checkpoint_dir.strip():  # refused as a checkpoint directory too: never `/tensorboard`
+        return ""
     return f"{checkpoint_dir.rstrip('/')}/{TENSORBOARD_DIR}"
 
 
