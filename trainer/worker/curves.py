@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeddp.trainer import constants, storage_rules
-from kubeddp.trainer.worker.checkpoint.storage import TENSORBOARD_DIR
+from kubeddp.trainer.storage_rules import TENSORBOARD_DIR
 
 FLUSH_SECONDS = 10  # the writer's own flush: what a live TensorBoard sees lags by at most this
 UPLOAD_SECONDS = 60  # an object store gets the event files at least this often

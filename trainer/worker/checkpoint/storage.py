@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from kubeddp.trainer.storage_rules import TENSORBOARD_DIR
+
 CKPT_RE = re.compile(r"^ckpt-(\d{8})$")
 MARKER = "COMPLETE"  # written last: a checkpoint without it is incomplete and ignored
 STATE_FILE = "state.pt"
@@ -17,8 +19,8 @@ CONFIG_FILE = "config.yaml"
 # someone else, and a directory holding it is refused (safety.py). Other parts of kubeddp that
 # keep a file beside the checkpoints name it `.kubeddp-*`.
 OWN_PREFIXES = ("ckpt-", ".tmp-ckpt-", ".kubeddp")
-TENSORBOARD_DIR = "tensorboard"  # the TensorBoard curves (worker/curves.py)
-OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)  # lost+found: a fresh ext4 volume has it
+# lost+found: a fresh ext4 volume has it; TENSORBOARD_DIR: rank 0's curves (worker/curves.py)
+OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)
 
 
 class CheckpointError(RuntimeError):
