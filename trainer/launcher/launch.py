@@ -27,7 +27,7 @@ from kubeddp.trainer.launcher.launch_plan import (
 from kubeddp.trainer.launcher.pod import run_launch
 from kubeddp.trainer.launcher.program_options import ProgramError, add_program_options
 from kubeddp.trainer.launcher.rendezvous import RendezvousError
-from kubeddp.trainer.launcher.torch_check import installed_torch_problem
+from kubeddp.trainer.launcher.torch_check import installed_torch_note, installed_torch_problem
 from kubeddp.trainer.launcher.torchrun_cli import spellings
 
 MAX_RESTARTS = 10_000
@@ -137,9 +137,13 @@ def launch_with(
     launch_parser's options, `after_dash` what followed `--`. `warnings` prints advice once the
     plan stands (a refused plan is one line, alone)."""
     env = os.environ
-    problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
-    if problem:
-        return _bad_input(problem)
+    if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1":
+        problem = installed_torch_problem()
+        if problem:
+            return _bad_input(problem)
+        newer = installed_torch_note()
+        if newer:
+            _log(command_name.note(newer))
     try:
         launch_plan = plan_launch(args, after_dash, env)
     except (ConfigError, RendezvousError, ProgramError) as exc:
