@@ -256,9 +256,11 @@ def test_cli_output_severity_line_and_exit_codes() -> None:
     assert re.fullmatch(
         r".*tcp_init\.py:16: advice init-no-timeout: .+; fix: .*timeout.*\n", advice.stdout
     ), advice.stdout
-    several = run_check("--nodes", "2", str(SCRIPTS / "tcp_init.py"))
+    several = run_check("--nnodes", "2", str(SCRIPTS / "tcp_init.py"))
     assert several.returncode == exit_codes.TRAINING_FAILED
     assert ": pitfall tcp-init: " in several.stdout and "127.0.0.1" in several.stdout
+    for same in (["--nodes", "2"], ["--nnodes", "1:2"]):  # the old name; torchrun's MIN:MAX
+        assert run_check(*same, str(SCRIPTS / "tcp_init.py")).stdout == several.stdout
     clean = run_check(str(SCRIPTS / "spawn_multigpu.py"))
     assert (clean.returncode, clean.stdout) == (0, ""), clean.stderr
     passed = run_check(str(SCRIPTS / "launch_era.py"), "--", "--local_rank=${local_rank}")

@@ -40,9 +40,9 @@ def declared_torch_spec(requires: list[str] | None) -> str | None:
     return None
 
 
-def _release(version: str) -> tuple[int, ...] | None:
+def release(version: str | None) -> tuple[int, ...] | None:
     """The release numbers of a version ('2.6.0a0+git1' -> (2, 6, 0)); None if unreadable."""
-    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)", version)
+    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)", version or "")
     return tuple(int(part) for part in found.group(1).split(".")) if found else None
 
 
@@ -84,10 +84,10 @@ def _clause_holds(version: tuple[int, ...], clause: str) -> bool | None:
 
 def fallback_contains(spec: str, version: str) -> bool | None:
     """`version` within `spec`, comparing release numbers only; None when unsure."""
-    release = _release(version)
-    if release is None:
+    numbers = release(version)
+    if numbers is None:
         return None
-    results = [_clause_holds(release, clause) for clause in spec.split(",") if clause.strip()]
+    results = [_clause_holds(numbers, clause) for clause in spec.split(",") if clause.strip()]
     if any(result is None for result in results):
         return None
     return all(results)
@@ -122,8 +122,8 @@ def torch_version_problem(installed: str | None, spec: str | None) -> str | None
 def newer_than_tested(installed: str | None, newest: str = NEWEST_TESTED_TORCH) -> str | None:
     """The one line for a torch of a later minor than the newest tested (a nightly of the next
     minor too: 2.16.0a0); None when it is not, or its version cannot be read."""
-    release, tested = _release(installed or ""), _release(newest)
-    if release is None or tested is None or release[:2] <= tested[:2]:
+    numbers, tested = release(installed), release(newest)
+    if numbers is None or tested is None or numbers[:2] <= tested[:2]:
         return None
     return (
         f"torch {installed} is newer than any kubeddp was tested with (the newest: {newest}); "
