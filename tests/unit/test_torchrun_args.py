@@ -194,6 +194,8 @@ def test_each_passed_on_option_means_what_it_means_to_torchrun(
     value = _sample(flag)
     words = [flag.options[0]] + ([] if value is None else [value])
     args, _ = parse_command_line(train_parser(), words)
+    in_a_pod, _ = parse_command_line(launch_parser(), words)  # launch passes it on alike
+    assert in_a_pod.torchrun_flags == args.torchrun_flags
     if dest in DONE_HERE:
         assert args.torchrun_flags == [] and torchrun_cli.torchrun_option(args, dest)
         return
