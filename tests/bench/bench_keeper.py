@@ -39,6 +39,7 @@ from tests.bench.common import (
     free_port,
     median,
     not_measured,
+    paired,
     spread,
 )
 
@@ -272,13 +273,13 @@ def measure_size(work: Path, size: int, reps: int) -> dict:
 
 
 def size_rows(result: dict) -> list[Row]:
-    """One row per way: keeper / minimal TCP copy (the goal), cp + fsync beside it."""
+    """One row per way: keeper / minimal TCP copy (the goal), the median repeat's two rates in
+    the absolute column (common.paired), cp + fsync and the CPU per GiB of every side beside."""
     size, rows = result["size"], []
     for way in ("push", "fetch"):
         times, cpu = result["times"][way], result["cpu_per_gib"][way]
         ratio = {arm: [b / k for b, k in zip(times[arm], times["keeper"], strict=True)]
                  for arm in times if arm != "keeper"}  # fmt: skip
-        mid = {arm: median(seconds) for arm, seconds in times.items()}
         c = {key: median(values) for key, values in cpu.items()}
         pod_side, keeper_side = ("sender", "receiver") if way == "push" else ("receiver", "sender")
         fsync = (
@@ -286,37 +287,38 @@ def size_rows(result: dict) -> list[Row]:
             if way == "push"
             else "the keeper's fetch does not fsync (an emptyDir is gone with its pod)"
         )
-        rows.append(
-            Row(
-                SECTION,
-                f"{way} of a {_label(size)} checkpoint: keeper / TCP + BLAKE3 + fsync copy",
-                median(ratio["tcp"]),
-                "tests/bench/tcp_copy.py: sendfile over loopback TCP, the same BLAKE3 block "
-                "digests, write + fsync, same files and disk, arms alternating in one run",
-                f"keeper {_rate(size, mid['keeper'])} ({mid['keeper']:.2f} s), TCP copy "
-                f"{_rate(size, mid['tcp'])}, cp + fsync {_rate(size, mid['cp'])}; CPU s/GiB: "
-                f"pod {c['keeper.pod']:.2f}, keeper {c['keeper.keeper']:.2f}; TCP copy "
-                f"{pod_side} {c[f'tcp.{pod_side}']:.2f}, {keeper_side} "
-                f"{c[f'tcp.{keeper_side}']:.2f}; cp {c['cp.cp']:.2f}",
-                GOAL,
-                f"{spread(ratio['tcp'])}; keeper / cp + fsync {median(ratio['cp']):.2f} "
-                f"({spread(ratio['cp'])})"
-                + (
-                    f"; keeper / TCP copy without fsync {median(ratio['tcp-no-fsync']):.2f} "
-                    f"({spread(ratio['tcp-no-fsync'])})"
-                    if "tcp-no-fsync" in ratio
-                    else ""
-                )
-                + f"; {fsync}",
-                {
-                    "seconds": times,
-                    "ratios": ratio,
-                    "cpu_s_per_gib": cpu,
-                    "pod_cpu_s_per_gib": c["keeper.pod"],
-                    "keeper_cpu_s_per_gib": c["keeper.keeper"],
-                },
-            )
+        rates = [(size / k / 1e6, size / t / 1e6) for k, t in zip(times["keeper"], times["tcp"],
+                                                                   strict=True)]  # fmt: skip
+        others = [f"keeper / cp + fsync {median(ratio['cp']):.2f} ({spread(ratio['cp'])}, cp "
+                  f"{_rate(size, median(times['cp']))})"]  # fmt: skip
+        if "tcp-no-fsync" in ratio:
+            others.append(f"keeper / TCP copy without fsync {median(ratio['tcp-no-fsync']):.2f} "
+                          f"({spread(ratio['tcp-no-fsync'])})")  # fmt: skip
+        row = paired(
+            SECTION,
+            f"{way} of a {_label(size)} checkpoint: keeper / TCP + BLAKE3 + fsync copy",
+            "tests/bench/tcp_copy.py: sendfile over loopback TCP, the same BLAKE3 block "
+            "digests, write + fsync, same files and disk, arms alternating in one run",
+            rates,
+            "MB/s",
+            GOAL,
+            "; ".join([*others, fsync]),
         )
+        row.absolute += (
+            f"; CPU s/GiB (medians): pod {c['keeper.pod']:.2f}, keeper {c['keeper.keeper']:.2f}; "
+            f"TCP copy {pod_side} {c[f'tcp.{pod_side}']:.2f}, {keeper_side} "
+            f"{c[f'tcp.{keeper_side}']:.2f}; cp {c['cp.cp']:.2f}"
+        )
+        row.extra.update(
+            {
+                "seconds": times,
+                "ratios_by_arm": ratio,
+                "cpu_s_per_gib": cpu,
+                "pod_cpu_s_per_gib": c["keeper.pod"],
+                "keeper_cpu_s_per_gib": c["keeper.keeper"],
+            }
+        )
+        rows.append(row)
     return rows
 
 

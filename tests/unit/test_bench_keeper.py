@@ -13,6 +13,7 @@ import pytest
 
 from tests.bench.bench_keeper import PODS, bench_keeper
 from tests.bench.common import Row
+from tests.bench.report import disagreement
 
 
 @pytest.mark.timeout(600)
@@ -36,11 +37,12 @@ def test_the_keeper_bench_measures_every_row(tmp_path: Path, monkeypatch) -> Non
     for row in rows[:4]:
         assert row.ratio is not None and math.isfinite(row.ratio) and row.ratio > 0, row
     for row in rows[:2]:  # against the TCP copy; cp + fsync beside it; CPU per GiB on each side
-        assert set(row.extra["ratios"]) >= {"tcp", "cp"}, row.extra
+        assert set(row.extra["ratios_by_arm"]) >= {"tcp", "cp"}, row.extra
+        assert disagreement(row) == "" and "MB/s (the median pair)" in row.absolute
         assert "keeper / cp + fsync" in row.note
         for key in ("keeper.pod", "keeper.keeper", "tcp.sender", "tcp.receiver", "cp.cp"):
             assert all(math.isfinite(v) and v >= 0 for v in row.extra["cpu_s_per_gib"][key])
-    assert "tcp-no-fsync" in rows[1].extra["ratios"]  # the fetch does not fsync: shown too
+    assert "tcp-no-fsync" in rows[1].extra["ratios_by_arm"]  # the fetch does not fsync: shown too
     for row in rows[2:4]:  # only the readers fetch it, once each
         assert row.ratio == 1.0 and row.extra["moved"] == row.extra["readers"] * row.extra["size"]
     assert rows[4].ratio is None and "rsync daemon did not listen" in rows[4].note, rows[4]
