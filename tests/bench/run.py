@@ -1,6 +1,6 @@
 """Run every benchmark and write bench-results/report.md and report.json.
 
-python -m tests.bench.run            # full: ~15-20 min on 2 cores (the multinode section: root)
+python -m tests.bench.run            # full: about 40-60 min on 2 cores (multinode: root)
 python -m tests.bench.run --quick    # fewer repeats and knobs: a few minutes
 python -m tests.bench.run --tiny     # seconds; only proves the machinery works
 """
