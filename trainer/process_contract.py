@@ -25,16 +25,20 @@ contract, so changing one changes both sides at once.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
 import signal
 import struct
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kubeddp.trainer import constants
 
 if TYPE_CHECKING:
     from kubeddp.trainer.config import Config
@@ -61,6 +65,26 @@ ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
 # Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
 # programs are found there, as `python -m` finds them in the working directory)
 ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
+
+
+# ---- In-memory snapshots -----------------------------------------------------------------
+# The workers of a node keep the newest training state in one directory on memory (its writer
+# is local rank 0: worker/snapshot/); launch removes it when a run ends that no retry will
+# resume (trainer/launcher/snapshot_dir.py).
+HOST_SHM = Path("/dev/shm")
+
+
+def snapshot_root(checkpoint_dir: str, node: int, env: Mapping[str, str]) -> Path:
+    """This node's snapshot directory: the one the manifest names (the pod's own memory
+    volume), else one per user, checkpoint.dir and node on the host's /dev/shm (a temporary
+    directory where the host has none), so two runs or two nodes on one host never share."""
+    named = env.get(constants.ENV_SNAPSHOT_DIR)
+    if named:
+        return Path(named)
+    base = HOST_SHM if HOST_SHM.is_dir() else Path(tempfile.gettempdir())
+    where = checkpoint_dir if "://" in checkpoint_dir else os.path.abspath(checkpoint_dir)
+    key = hashlib.sha256(where.encode()).hexdigest()[:12]
+    return base / f"kubeddp-snapshots-{os.getuid()}-{key}-node{node}"
 
 
 def resolved_config_env(cfg: Config) -> dict[str, str]:

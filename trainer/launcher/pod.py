@@ -16,7 +16,13 @@ from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.keeper import pod as keeper_pod
 from kubeddp.trainer.keeper import sync as checkpoint_sync
-from kubeddp.trainer.launcher import command_name, end_signals, finished_run, trainjob_status
+from kubeddp.trainer.launcher import (
+    command_name,
+    end_signals,
+    finished_run,
+    snapshot_dir,
+    trainjob_status,
+)
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (
@@ -73,6 +79,7 @@ def run_launch(
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             code = keeper_pod.finish(sync, env, cfg.checkpoint.preempt_grace_seconds, code, _log)
+        snapshot_dir.remove_when_done(cfg.checkpoint.dir, plan, env, code)
     return code
 
 

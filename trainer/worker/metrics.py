@@ -143,6 +143,28 @@ class _Instruments:
             "Unix time of the latest checkpoint save (0 = none yet)",
             mode="max",
         )
+        self.snapshot_time = gauge(
+            "kubeddp_snapshot_last_timestamp_seconds",
+            "Unix time the newest in-memory snapshot of the training state was published on "
+            "this pod (its age: time() minus this)",
+            mode="max",
+        )
+        self.snapshot_step = gauge(
+            "kubeddp_snapshot_step", "Optimizer step of the newest in-memory snapshot on this pod"
+        )
+        self.snapshot_bytes = gauge(
+            "kubeddp_snapshot_size_bytes", "Size of the newest in-memory snapshot on this pod"
+        )
+        self.snapshot_seconds = gauge(
+            "kubeddp_snapshot_duration_seconds",
+            "From the step it was taken at to published whole (copy, digest, meta), the newest "
+            "in-memory snapshot on this pod",
+        )
+        self.snapshot_every = gauge(
+            "kubeddp_snapshot_interval_steps",
+            "Steps between in-memory snapshots now (checkpoint.memory_every_steps, or the one "
+            "chosen from their measured cost)",
+        )
         self.gpu_memory = gauge(
             "kubeddp_gpu_memory_allocated_bytes",
             "CUDA memory allocated by PyTorch tensors, per rank (0 on CPU)",
@@ -311,6 +333,17 @@ class TrainingMetrics:
         self.flush()
         self.m.checkpoint_seconds.observe(duration_seconds)
         self.m.last_checkpoint.set(timestamp)
+
+    def on_snapshot(self, published: Any) -> None:
+        """An in-memory snapshot is whole (`published`: worker/snapshot's Published; called
+        from the snapshot thread of the pod's writer)."""
+        if not self.enabled:
+            return
+        self.m.snapshot_time.set(published.timestamp)
+        self.m.snapshot_step.set(published.step)
+        self.m.snapshot_bytes.set(published.nbytes)
+        self.m.snapshot_seconds.set(published.seconds)
+        self.m.snapshot_every.set(published.every)
 
     def close(self) -> None:
         self.flush()
