@@ -27,6 +27,7 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # diagnostics. launch refuses --set of any other key, the chart refuses those config values.
 PROGRAM_CONFIG_KEYS = (
     "metrics", "checkpoint.preempt_grace_seconds", "checkpoint.readers", "retries", "diagnostics",
+    "checkpoint.memory_snapshots", "checkpoint.memory_every_steps",
 )  # fmt: skip
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'

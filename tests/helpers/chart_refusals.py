@@ -165,6 +165,12 @@ SCHEMA_REJECTS = {
 
 FAIL_RULES = {
     # case: (values, release name, pattern of the message)
+    "snapshot size below the state": (
+        {"memorySnapshots": {"size": "1Mi"}},
+        "demo",
+        r"`memorySnapshots.size` 1Mi cannot hold one snapshot of the training state its config "
+        r"describes \(\d+Mi",
+    ),
     "job name from release": ({}, "9lives", r'job name "9lives-kubeddp" .*is not a DNS-1035'),
     "job name too long": ({}, "a" * 45, r"at most 40 characters"),
     "more processes than GPUs": (

@@ -9,6 +9,7 @@ depend on the order), and each training sample of each epoch trained exactly onc
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -43,7 +44,10 @@ def test_killed_worker_restarts_and_every_sample_is_trained_once(work: Path) -> 
     log = run.output()
     assert code == 0, run.tail()
     assert "exitcode: -9" in log, "torchrun did not see the killed worker"
-    assert f"resumed from {ckpt_dir}" in log, run.tail()
+    # torchrun restarts the workers on the same host: the state is still in its memory, newer
+    # than the checkpoint of step 45 (snapshots every few steps)
+    resumed = re.search(r"resumed from memory://\S+ \(step (\d+)", log)
+    assert resumed and int(resumed.group(1)) >= 45, run.tail()
     final = ck.newest_state(ckpt_dir)
     ck.assert_each_sample_once(final, ck.TRAIN_ROWS, ck.EPOCHS)
     ck.assert_same_parameters(final, baseline)

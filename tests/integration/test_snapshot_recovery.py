@@ -33,9 +33,7 @@ pytestmark = [pytest.mark.slow]
 # 4 ms per sample = ~64 ms per step: the kills land mid-epoch
 SLOW = {workloads.DELAY_ENV: "0.004"}
 MEMORY_ONLY = ("checkpoint.every_steps=0", "checkpoint.every_seconds=0")
-RESUMED = re.compile(
-    r"resumed from the in-memory snapshot of rank (\d+) \(pod (\S+)\) \(step (\d+)"
-)
+RESUMED = re.compile(r"resumed from memory://(\S+)/rank-(\d+) \(step (\d+)")
 HOSTS = ["gpu-host-0", "gpu-host-1"]
 EVERY_3 = "checkpoint.memory_every_steps=3"  # snapshots at steps 3, 6, 9, 12, ...: in epoch 0
 KUBEDDP = str(Path(sys.executable).parent / "kubeddp")
@@ -115,7 +113,7 @@ def test_a_node_that_lost_its_memory_gets_the_state_from_its_peer(work: Path) ->
             log0, log1 = zero.output(), one.output()
     resumes = RESUMED.findall(log0)  # a resume that died while sending was not logged
     assert resumes, log0[-4000:]
-    assert all(rank == "0" and pod == HOSTS[0] for rank, pod, _ in resumes), resumes
+    assert all(rank == "0" and pod == HOSTS[0] for pod, rank, _ in resumes), resumes
     assert "this pod's memory had no snapshot of step" in log1 and "received it from rank 0" in log1
     assert "stays up and rejoins" in log0
     epoch_steps = ck.STEPS_2_RANKS // ck.EPOCHS
@@ -123,3 +121,31 @@ def test_a_node_that_lost_its_memory_gets_the_state_from_its_peer(work: Path) ->
     final = ck.newest_state(ckpt_dir / "node-0")
     ck.assert_each_sample_once(final, ck.TRAIN_ROWS, ck.EPOCHS)
     ck.assert_same_parameters(final, baseline)
+
+
+TUTORIAL = procs.REPO / "examples" / "tutorial_snapshot_peers.py"
+
+
+@pytest.mark.timeout(300)
+def test_the_tutorial_script_adapted_resumes_mid_epoch_from_memory(work: Path) -> None:
+    """examples/tutorial_snapshot_peers.py (the tutorial's torchrun script, a few lines added):
+    its writer is killed after its third snapshot (step 9 of 24, in epoch 1); run again, it
+    resumes there and ends with the weights of a run never killed."""
+
+    argv = procs.kubeddp_argv(
+        "train", "--nproc", "2", "--set", "checkpoint.memory_every_steps=3",
+        "--set", "metrics.enabled=false", "--script", str(TUTORIAL), "--", "3", "1",
+    )  # fmt: skip
+
+    for run in ("tutorial-whole", "tutorial"):  # each run's snapshot.pt in a folder of its own
+        (work / run).mkdir()
+    whole = procs.run(argv, work / "tutorial-whole.log", 120, cwd=work / "tutorial-whole")
+    assert whole.code == 0, whole.output[-3000:]
+    killed_env = procs.child_env({ENV_TEST_KILL_AT: "snapshot-published:3"})
+    killed = procs.run(argv, work / "tutorial-1.log", 120, killed_env, work / "tutorial")
+    assert killed.code != 0 and "final weights" not in killed.output, killed.output[-3000:]
+    again = procs.run(argv, work / "tutorial-2.log", 120, cwd=work / "tutorial")
+    assert again.code == 0, again.output[-3000:]
+    assert "resumed from memory://" in again.output and "(step 9)" in again.output
+    final = [line for line in again.output.splitlines() if line.startswith("final weights")]
+    assert final == [line for line in whole.output.splitlines() if line.startswith("final")]

@@ -246,13 +246,19 @@ def _train(
             refusal = budget.start()
             if refusal:
                 return Outcome(exit_codes.RETRIES_EXHAUSTED, reason=refusal)
+            left = (
+                f" ({budget.restarts_left()} restarts left without progress)"
+                if budget.limit
+                else ""
+            )
             _log(
                 f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins "
-                f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
+                f"the rendezvous{left}"
             )
             wait_for_rendezvous_host(plan, deadline, _log)
             if refresh is not None:  # the keeper's newest files, as a recreated pod gets them
                 refresh()
+            os.environ[process_contract.ENV_REJOINED] = "1"  # the agent passes it on
             outcome = agent()
     except (RendezvousHostUnreachable, RoundTimeout) as exc:
         return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))

@@ -150,7 +150,7 @@ class Trainer:
                 ctx.device,
                 {"model_hash": run.model_hash, "seed": run.seed},
                 self.progress.log,
-                self.metrics.on_snapshot,
+                self._on_snapshot,
             ),
         )
         self.checkpoints.guard_updates(self.optimizer)
@@ -164,6 +164,11 @@ class Trainer:
         )
         self.diag.watch(self.model, self.comm_hook)
         self._copies_checked = ctx.device.type != "cuda"
+
+    def _on_snapshot(self, published: Any) -> None:
+        """An in-memory snapshot is whole (called from the snapshot thread)."""
+        self.metrics.on_snapshot(published)
+        self.checkpoints.on_snapshot(published)
 
     def _plan_total_steps(self) -> int:
         """The step this run ends at, planned from where it stands at this world size."""

@@ -11,14 +11,16 @@ reads the newest readable checkpoint on rank 0 and sends it to any rank that can
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import exit_codes, storage_rules, yaml_io
+from kubeddp.trainer import constants, exit_codes, process_contract, storage_rules, yaml_io
 from kubeddp.trainer.config import CheckpointConfig
+from kubeddp.trainer.process_contract import PROGRESS_NOTE_SECONDS
 from kubeddp.trainer.worker.checkpoint import safety
 from kubeddp.trainer.worker.checkpoint.backends import storage_for
 from kubeddp.trainer.worker.checkpoint.parts import TOP_LEVEL, PerRank, Stateful
@@ -93,6 +95,7 @@ class CheckpointManager:
         self._apart_pending = False  # move another run's checkpoints aside at the first save
         self.snapshots = snapshots  # this rank's part in the in-memory snapshots
         self._optimizer: Any = None  # whose step waits for a snapshot's copy (guard_updates)
+        self._progress_noted: float | None = None
         self._last_save = time.monotonic()  # for checkpoint.every_seconds
 
     # ---- save --------------------------------------------------------------------------
@@ -134,6 +137,16 @@ class CheckpointManager:
         self._optimizer = optimizer
         if self.snapshots is not None:
             self.snapshots.guard([optimizer])
+
+    def on_snapshot(self, published: Any) -> None:
+        """A snapshot is whole (the writer's snapshot thread): rank 0 notes the progress for
+        the retry budget, at most once a minute."""
+        now = time.monotonic()
+        noted = self._progress_noted
+        if self.ctx.is_main and (noted is None or now - noted >= PROGRESS_NOTE_SECONDS):
+            self._progress_noted = now
+            if storage_rules.is_directory(self.settings.dir):
+                process_contract.note_progress(self.settings.dir, published.step)
 
     def start_snapshots(self, step: int) -> None:
         """Training starts (or resumes) at `step`: the snapshot cadence counts from there."""
@@ -449,6 +462,15 @@ class CheckpointManager:
         trainer = self.parts[TOP_LEVEL]
         self.log(
             f"[kubeddp] resumed from {ref.path} (step {trainer.step}, epoch "
-            f"{trainer.epoch}, {trainer.consumed} samples into the epoch)"
+            f"{trainer.epoch}, {trainer.consumed} samples into the epoch{_fetched_from(ref)})"
         )
         return trainer
+
+
+def _fetched_from(ref: CheckpointRef) -> str:
+    """Where a checkpoint in a pod's checkpoint.dir came from, when the keeper filled it."""
+    keeper = os.environ.get(constants.ENV_CHECKPOINT_KEEPER)
+    local = isinstance(ref.path, Path) or storage_rules.is_directory(str(ref.path))
+    if keeper and local and ref.storage is not None:
+        return f"; fetched from the checkpoint keeper {keeper}"
+    return ""

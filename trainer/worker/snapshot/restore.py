@@ -42,7 +42,7 @@ class Offer:
 class Restored:
     state: dict[str, Any]
     step: int
-    source: str  # "the in-memory snapshot of rank R (pod P)"
+    source: str  # memory://POD/rank-R: the memory of rank R, on pod POD
     received: bool  # this pod's memory had it not: a peer sent it
 
 
@@ -94,8 +94,13 @@ def agree(
     if held is None:
         raise SnapshotTransferError(f"the snapshot of step {best[0]} is not in {directory.root}")
     pod = next(o.pod for o in offers if o.rank == source)
-    described = f"the in-memory snapshot of rank {source} (pod {pod})"
-    return Restored(load(directory, held), best[0], described, rank in needy)
+    return Restored(load(directory, held), best[0], memory_source(pod, source), rank in needy)
+
+
+def memory_source(pod: str, rank: int) -> str:
+    """Where a resume came from, in the log line every resume writes ("resumed from WHERE (step
+    N, ...)"), as a durable checkpoint's path or URL would be."""
+    return f"memory://{pod}/rank-{rank}"
 
 
 def load(directory: SnapshotDir, held: Held) -> dict[str, Any]:
