@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from kubeddp.trainer.config import Config, TrainConfig, WorkloadConfig
+from kubeddp.trainer.config import TrainConfig, WorkloadConfig
 
 FLOAT_BYTES = 4  # the built-in workloads train in fp32 (AMP keeps fp32 weights)
 # What a snapshot holds beside the tensors' bytes: the skeleton, the config copy, the RNG
@@ -57,13 +57,13 @@ def model_numel(w: WorkloadConfig) -> tuple[int, int] | None:
     return _evaluate(terms["state"], settings), _evaluate(terms["params"], settings)
 
 
-def snapshot_bytes(cfg: Config) -> int | None:
+def snapshot_bytes(workload: WorkloadConfig, train: TrainConfig) -> int | None:
     """One snapshot of the built-in trainer's state (model, optimizer, the rest), or None."""
-    counts = model_numel(cfg.workload)
+    counts = model_numel(workload)
     if counts is None:
         return None
     state, params = counts
-    moments = OPTIMIZER_MOMENTS[cfg.train.optimizer]
+    moments = OPTIMIZER_MOMENTS[train.optimizer]
     return (state + moments * params) * FLOAT_BYTES + OVERHEAD_BYTES
 
 

@@ -39,6 +39,16 @@ RESUMED = re.compile(r"resumed from (\S+) \(step (\d+)")
 POLL = 0.05
 
 
+# What happens between the kill and the next step, seen in the logs (node, pattern): the
+# timeline says where recovery's seconds go
+PHASES = (
+    ("peers lost", 0, r"a peer was lost"),
+    ("node 1 launcher up", 1, r"\[kubeddp\] rendezvous: "),
+    ("workers up", 0, r"world size \d+ \("),
+    ("state restored", 0, r"resumed from "),
+)
+
+
 @dataclass(frozen=True)
 class Recovery:
     killed_at: int  # rank 0's newest step when the kill came
@@ -46,6 +56,7 @@ class Recovery:
     source: str  # where from
     cold_seconds: float  # start to the first completed step
     recovery_seconds: float  # kill to the first completed step after it
+    phases: dict[str, float]  # seconds after the kill each phase was first seen
 
 
 def _node_argv(rank: int, work: Path, tag: str, model: CharLM, port: int,
@@ -108,22 +119,27 @@ def scenario(nodes: list[netns.Node], work: Path, tag: str, model: CharLM,
                 os.kill(max(workers.values()), signal.SIGKILL)
                 killed = time.monotonic()
                 one.wait(timeout)
+            marks = (len(text), len(one.output()))  # node 1's next start appends to its log
             one = procs.Proc(nodes[1].wrap(argv[1]), work / f"{tag}-node1.log", _env(memory[1]))
-            mark = len(text)
+            phases: dict[str, float] = {}
 
             def stepped_after() -> int | None:
-                later = zero.output()[mark:]
-                restarted = later.find("world size")  # the run describes itself again
-                steps = _steps(later[restarted:]) if restarted >= 0 else []
+                logs = (zero.output()[marks[0] :], one.output()[marks[1] :])
+                for name, node, pattern in PHASES:
+                    if name not in phases and re.search(pattern, logs[node]):
+                        phases[name] = time.monotonic() - killed
+                restarted = logs[0].find("world size")  # the run describes itself again
+                steps = _steps(logs[0][restarted:]) if restarted >= 0 else []
                 return steps[0] if steps else None
 
             _wait("a step after the kill", stepped_after, timeout, zero, one)
             recovered = time.monotonic() - killed
+            mark = marks[0]
             resumed = RESUMED.search(zero.output()[mark:])
         finally:
             one.kill()
     source, at = (resumed.group(1), int(resumed.group(2))) if resumed else ("the start", 0)
-    return Recovery(killed_at, at, source, cold, recovered)
+    return Recovery(killed_at, at, source, cold, recovered, phases)
 
 
 def _launcher_pid(proc: procs.Proc) -> int:
@@ -165,11 +181,13 @@ def _recovery_row(kill: str, name: str, r: Recovery, model: CharLM) -> Row:
         "the same job's cold start (start to first step), same run",
         f"{lost} steps lost (resumed at {r.resumed_at} from {r.source}); "
         f"{r.recovery_seconds:.1f} s from the kill to the next step, cold start "
-        f"{r.cold_seconds:.1f} s",
+        f"{r.cold_seconds:.1f} s; after the kill: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r.phases.items()),
         "<= 1.5" if name == "every default" else "",
         f"{model.describe()}, 2 nodes x 2 ranks (netns)",
         {"steps_lost": lost, "killed_at": r.killed_at, "resumed_at": r.resumed_at,
-         "recovery_seconds": r.recovery_seconds, "cold_seconds": r.cold_seconds},
+         "recovery_seconds": r.recovery_seconds, "cold_seconds": r.cold_seconds,
+         "phases": r.phases},
     )  # fmt: skip
 
 

@@ -32,9 +32,13 @@ def shm(spec: dict) -> str:
     return volume["emptyDir"]["sizeLimit"]
 
 
+def _sections(cfg):  # noqa: ANN001, ANN202
+    return cfg.workload, cfg.train
+
+
 def mib(config: list[str]) -> int:
     """Two snapshots of the state `config` describes, in whole MiB (as the chart writes it)."""
-    return -(-2 * (state_size.snapshot_bytes(load_config(None, config)) or 0) // MIB)
+    return -(-2 * (state_size.snapshot_bytes(*_sections(load_config(None, config))) or 0) // MIB)
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "indexedjob"])

@@ -36,10 +36,10 @@ def test_the_size_kubeddp_reserves_is_the_real_snapshot(overrides: list[str]) ->
     assert params == sum(p.numel() for p in model.parameters())
     _, tensors = flatten.split({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
     real = flatten.layout(tensors)[1]
-    estimate = state_size.snapshot_bytes(cfg)
+    estimate = state_size.snapshot_bytes(cfg.workload, cfg.train)
     assert estimate is not None and real <= estimate <= real + state_size.OVERHEAD_BYTES + 4096
 
 
 def test_a_custom_model_has_no_size_of_its_own() -> None:
     cfg = load_config(None, ["workload.name=custom", "workload.model=a:b", "workload.data=a:c"])
-    assert state_size.snapshot_bytes(cfg) is None
+    assert state_size.snapshot_bytes(cfg.workload, cfg.train) is None

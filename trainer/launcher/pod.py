@@ -246,15 +246,7 @@ def _train(
             refusal = budget.start()
             if refusal:
                 return Outcome(exit_codes.RETRIES_EXHAUSTED, reason=refusal)
-            left = (
-                f" ({budget.restarts_left()} restarts left without progress)"
-                if budget.limit
-                else ""
-            )
-            _log(
-                f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins "
-                f"the rendezvous{left}"
-            )
+            _say_rejoin(outcome, budget)
             wait_for_rendezvous_host(plan, deadline, _log)
             if refresh is not None:  # the keeper's newest files, as a recreated pod gets them
                 refresh()
@@ -268,6 +260,14 @@ def _train(
         code = 128 + int(exc.sigval)
         return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
     return outcome
+
+
+def _say_rejoin(outcome: Outcome, budget: RetryBudget) -> None:
+    left = f" ({budget.restarts_left()} restarts left without progress)" if budget.limit else ""
+    _log(
+        f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins the "
+        f"rendezvous{left}"
+    )
 
 
 def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[str, str]) -> None:
