@@ -160,6 +160,8 @@ def name_rows() -> list[Row]:
         "node-selector-key": (("--node-selector", "a b=c"), "'a b'"),
         "node-selector-value-long": (("--node-selector", "k=" + "v" * 64), "63"),
         "backoff-above-int32": (("--backoff-limit", str(2**31)), "2147483647"),
+        "time-limit-days": (("--time-limit", "2d"), "a duration such as 90m"),
+        "time-limit-zero": (("--time-limit", "0s"), "under one second"),
     }
     rows += [Row(f"render-{label}", (*RENDER, *argv), BAD_INPUT, (word,))
              for label, (argv, word) in bad.items()]  # fmt: skip

@@ -216,8 +216,12 @@ def test_submit_a_file_and_validate_files(tmp_path, monkeypatch) -> None:
     assert err.value.exit_code == exit_codes.BAD_INPUT and "cannot read" in str(err.value)
 
 
-def test_submit_needs_one_thing_to_submit() -> None:
-    for given in ({}, {"kind": "pytorchjob", "filename": "x.yaml"}):
+def test_submit_takes_one_thing_to_submit() -> None:
+    """A file, objects, or render options (with a KIND or without: the cluster's kind)."""
+    for given in (
+        {"kind": "pytorchjob", "filename": "x.yaml"},
+        {"filename": "x.yaml", "manifests": []},
+    ):
         with pytest.raises(KubeddpError) as err:
             Client().submit(**given)
         assert err.value.exit_code == exit_codes.BAD_INPUT and "-f FILE or KIND" in str(err.value)

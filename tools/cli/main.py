@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=cmd_validate)
 
     submit = sub.add_parser("submit", help="validate and create a job (a file or render options)")
-    add_render_options(submit, kind_required=False)
+    add_render_options(submit)
     submit.add_argument("-f", "--filename", help="submit this manifest file (- = stdin)")
     submit.add_argument("--dry-run", choices=("none", "client", "server"), default="none")
     _add_schema_source(submit)

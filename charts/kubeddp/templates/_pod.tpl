@@ -143,7 +143,7 @@ program (trainer.script/module) gets everything after `--`, and the config is la
 {{/* the container's ports: the kind's rendezvous port (when kubeddp declares it), metrics */}}
 {{- define "kubeddp.ports" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
-{{- $k := index $c.kinds .Values.kind }}
+{{- $k := index $c.kinds (include "kubeddp.kind" .) }}
 {{- if $k.declaresPorts }}
 - name: {{ $k.rendezvousPortName }}
   containerPort: {{ $k.rendezvousPort }}
@@ -206,7 +206,7 @@ sets its own) */}}
 {{- define "kubeddp.container" -}}
 {{- $root := .root -}}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
-{{- $k := index $c.kinds $root.Values.kind }}
+{{- $k := index $c.kinds (include "kubeddp.kind" $root) }}
 - name: {{ $k.container }}
   image: {{ include "kubeddp.image" $root }}
   imagePullPolicy: {{ include "kubeddp.pullPolicy" $root }}

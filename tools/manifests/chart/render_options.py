@@ -55,7 +55,7 @@ def _help(flag: Flag, value: Value) -> str:
     return text.replace("%", "%%")
 
 
-def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = True) -> None:
+def add_render_options(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for flag, value in FLAGS:
         if flag.read == "program-args":
@@ -64,7 +64,7 @@ def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = Tr
             parser.add_argument(
                 "kind",
                 choices=list(KINDS),
-                nargs=None if kind_required else "?",
+                nargs="?",  # not given: render's offline kind, submit's discovered one
                 help=_help(flag, value),
             )
             continue
