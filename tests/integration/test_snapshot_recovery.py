@@ -10,8 +10,9 @@ uninterrupted run, with every sample of every epoch trained exactly once.
 - two nodes (network namespaces, one process each, each with its own snapshot directory as a
   pod has its own memory volume): node 1 kills itself as it starts a snapshot (the one before
   stays whole), so the nodes hold different newest steps and agree on node 0's; node 1 is
-  started again with its memory gone and killed while node 0 sends it the snapshot; started
-  once more, it gets the snapshot from node 0 and the job finishes. Node 0 stays up throughout
+  killed while node 0 sends it the snapshot, and again after the last byte arrived but before
+  its slot's meta is written; started once more with its memory gone, it gets the snapshot
+  from node 0 and the job finishes. Node 0 stays up throughout
   (it rejoins each time).
 """
 
@@ -101,10 +102,12 @@ def test_a_node_that_lost_its_memory_gets_the_state_from_its_peer(work: Path) ->
             with node1("node1-a.log", **{ENV_TEST_KILL_AT: "snapshot-emptied:4"}) as one:
                 assert one.wait(300) != 0, one.tail()
             # 2. started again, it holds an older step than node 0 and is sent node 0's; it
-            #    dies while the bytes arrive
-            with node1("node1-b.log", **{ENV_TEST_KILL_AT: "snapshot-piece"}) as one:
-                assert one.wait(300) != 0, one.tail()
-            assert "received it from rank 0" not in one.output()
+            #    dies while the bytes arrive, then (started again) once they all arrived, before
+            #    its slot's meta is written
+            for phase in ("snapshot-piece", "snapshot-received"):
+                with node1(f"node1-{phase}.log", **{ENV_TEST_KILL_AT: phase}) as one:
+                    assert one.wait(300) != 0, one.tail()
+                assert "received it from rank 0" not in one.output()
             # 3. its memory gone (a pod recreated on another node): it gets it from node 0
             shutil.rmtree(memory[1], ignore_errors=True)
             with node1("node1-c.log") as one:
