@@ -7,9 +7,10 @@
   PATH, with `[cli,kube]` through the newest kubernetes client pip resolves and through the
   oldest client and urllib3 the `kube` extra declares, with `[sdk]` (a client below 36) too;
   with neither kubectl nor the client, one line and exit 2;
-- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs;
-- the metrics work with the newest prometheus-client within its bound and with its lower
-  bound (tests/helpers/metrics_probe.py);
+- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs; `[tensorboard]` stays within
+  its documented size;
+- the metrics work with the newest prometheus-client pip resolves and with its lower bound
+  (tests/helpers/metrics_probe.py);
 - `kubeddp --version` is the package version.
 
 The tests share one venv and run in file order: the `[cli]` ones first, then the ones that
@@ -246,6 +247,20 @@ def test_cli_without_kubectl_or_client_says_what_to_install(venv: dict, tmp_path
     assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
 
 
+def test_tensorboard_extra_stays_within_its_documented_size(venv: dict) -> None:
+    """[tensorboard] on top of kubeddp (installed before the extras below bring packages it
+    shares); its reader imports (the writer needs torch, which this venv leaves out)."""
+    site = next(venv["root"].glob("lib/python*/site-packages"))
+    before = _size(site)
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"tensorboard"})], check=True,
+                   timeout=600)  # fmt: skip
+    added = _size(site) - before
+    print(f"\n[tensorboard] adds {added / MIB:.1f} MiB: {_versions(venv, 'tensorboard')}")
+    _within_documented({"kubeddp[tensorboard]": venv["sizes"]["kubeddp"] + added})
+    reader = "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator"
+    subprocess.run([str(venv["root"] / "bin" / "python"), "-c", reader], check=True, timeout=120)
+
+
 def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:
     """[cli,kube]: the client on top of [cli], for machines without kubectl."""
     site = next(venv["root"].glob("lib/python*/site-packages"))
@@ -325,8 +340,8 @@ def test_s3_extra_installs_its_client(venv: dict) -> None:
 def test_metrics_with_the_newest_and_the_oldest_prometheus_client(
     venv: dict, tmp_path: Path
 ) -> None:
-    """prometheus-client's upper bound is what this runs: the newest release pip resolves
-    within it, then the lower bound. The metrics read its private histogram fields."""
+    """The newest prometheus-client pip resolves (kubeddp sets no upper bound: it uses only
+    the public API), then the lower bound."""
     python = str(venv["root"] / "bin" / "python")
     probe = str(REPO / "tests" / "helpers" / "metrics_probe.py")
     oldest = _lower_bound(venv["wheel"], set(), "prometheus-client")

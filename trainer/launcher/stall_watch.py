@@ -298,6 +298,6 @@ def start_diagnostics(
     if metrics is not None:
         from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
 
-        metrics.registry.register(ProgressCollector(watch))
+        metrics.registry.register(ProgressCollector(watch, metrics.cfg.per_rank))
     watch.start()
     return watch

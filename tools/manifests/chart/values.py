@@ -178,7 +178,8 @@ SECTIONS = (
     Section(
         "monitoring.prometheusRule",
         "A Prometheus Operator PrometheusRule: alerts on a stalled rank, a straggler, a "
-        "non-finite loss and restarts without progress (docs/diagnostics.md).",
+        "non-finite loss, restarts without progress, and a rank's GPU with XIDs, uncorrectable "
+        "memory errors or slowed-down clocks from dcgm-exporter (docs/diagnostics.md).",
     ),
 )
 
