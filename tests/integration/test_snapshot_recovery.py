@@ -152,3 +152,17 @@ def test_the_tutorial_script_adapted_resumes_mid_epoch_from_memory(work: Path) -
     assert "resumed from memory://" in again.output and "(step 9)" in again.output
     final = [line for line in again.output.splitlines() if line.startswith("final weights")]
     assert final == [line for line in whole.output.splitlines() if line.startswith("final")]
+
+
+@pytest.mark.timeout(240)
+def test_durable_checkpoints_come_by_time_too(work: Path) -> None:
+    """checkpoint.every_seconds with no step interval: checkpoints in the middle of the epoch,
+    every rank saving at the step their vote agreed on (a rank alone would hang the other)."""
+    ckpt_dir = work / "by-time"
+    argv = ck.scenario_argv(ckpt_dir, "checkpoint.every_steps=0", "checkpoint.every_seconds=1",
+                            "train.max_steps=30", "checkpoint.keep=10")  # fmt: skip
+    slower = procs.child_env({workloads.DELAY_ENV: "0.01"})  # 30 steps: about 5 s or more
+    done = procs.run(argv, work / "by-time.log", timeout=200, env=slower)
+    assert done.code == 0, done.output[-3000:]
+    steps = ck.steps(ckpt_dir)
+    assert steps[-1] == 30 and len([s for s in steps if s < 30]) >= 2, steps
