@@ -5,7 +5,8 @@ resumes from a peer's memory at the step it was lost, not from the last epoch's 
     kubeddp train --nproc 2 --script examples/tutorial_snapshot_peers.py -- 50 10
 
 The lines marked `# kubeddp` are the whole change (docs/your-own-script.md); without kubeddp
-(a plain torchrun) they do nothing and the script is the tutorial's.
+(a plain torchrun) they do nothing and the script is the tutorial's, but for its snapshot.pt,
+written under another name and renamed (as `kubeddp check` advises).
 """
 
 import argparse
@@ -68,7 +69,8 @@ class Trainer:
 
     def _save_snapshot(self, epoch):
         snapshot = {"MODEL_STATE": self.model.module.state_dict(), "EPOCHS_RUN": epoch}
-        torch.save(snapshot, self.snapshot_path)
+        torch.save(snapshot, f"{self.snapshot_path}.partial")  # a kill never leaves half a file
+        os.replace(f"{self.snapshot_path}.partial", self.snapshot_path)
         print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}")
 
     def train(self, max_epochs):
