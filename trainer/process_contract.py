@@ -31,6 +31,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import struct
@@ -61,7 +62,15 @@ ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
 # Rank 0's network check results, JSON, in the ENV_PROMETHEUS_MULTIPROC_DIR directory
 NETWORK_CHECK_FILE = "network-check.json"
-ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's: its flight recorder is on (stall watch)
+# torch's flight recorder: how many events it keeps (0: off). torch before 2.8 reads only
+# TORCH_NCCL_TRACE_BUFFER_SIZE; 2.8 and later read TORCH_FR_BUFFER_SIZE and, when that is unset,
+# the old name (c10d's FlightRecorder.hpp: getCvarInt takes the first name that is set). The
+# stall watch turns it on for the workers, under the name their torch reads, unless the user
+# set either name (0 included): the user's setting wins.
+ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"
+ENV_FR_BUFFER_BEFORE_2_8 = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+FR_BUFFER_NEW_NAME_SINCE = (2, 8)
+FR_BUFFER_DEFAULT = "2000"
 # Set by launch for its workers: Python's PYTHONSAFEPATH, which keeps the working directory
 # (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.
 ENV_SAFE_PATH = "PYTHONSAFEPATH"
@@ -117,6 +126,40 @@ def snapshot_root(checkpoint_dir: str, node: int, env: Mapping[str, str]) -> Pat
     where = checkpoint_dir if "://" in checkpoint_dir else os.path.abspath(checkpoint_dir)
     key = hashlib.sha256(where.encode()).hexdigest()[:12]
     return base / f"kubeddp-snapshots-{os.getuid()}-{key}-node{node}"
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    found = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+def fr_buffer_names(torch_version: str | None) -> tuple[str, ...]:
+    """The names this torch reads the flight recorder's size from, the winning one first (a
+    version that cannot be read: today's torch)."""
+    release = _release(torch_version)
+    if release is not None and release[:2] < FR_BUFFER_NEW_NAME_SINCE:
+        return (ENV_FR_BUFFER_BEFORE_2_8,)
+    return (ENV_FR_BUFFER, ENV_FR_BUFFER_BEFORE_2_8)
+
+
+def fr_buffer_default(env: Mapping[str, str], torch_version: str | None) -> dict[str, str]:
+    """kubeddp's recorder size under the name this torch reads; nothing when the user set
+    either of torch's names (even to 0, to turn the recorder off)."""
+    if ENV_FR_BUFFER in env or ENV_FR_BUFFER_BEFORE_2_8 in env:
+        return {}
+    return {fr_buffer_names(torch_version)[0]: FR_BUFFER_DEFAULT}
+
+
+def fr_buffer_size(env: Mapping[str, str], torch_version: str | None) -> int:
+    """The recorder's size as this torch reads it from `env` (0: off; unset or unreadable
+    counts as 0: the responder is started only where kubeddp or the user turned it on)."""
+    for name in fr_buffer_names(torch_version):
+        if name in env:
+            try:
+                return max(int(env[name].strip()), 0)
+            except ValueError:
+                return 0
+    return 0
 
 
 def resolved_config_env(cfg: Config) -> dict[str, str]:

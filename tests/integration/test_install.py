@@ -11,7 +11,9 @@
   its documented size;
 - the metrics work with the newest prometheus-client pip resolves and with its lower bound
   (tests/helpers/metrics_probe.py);
-- `kubeddp --version` is the package version.
+- `kubeddp --version` is the package version;
+- pip keeps a torch newer than any kubeddp was tested with (a stand-in distribution named torch,
+  version 2.99.0): installing kubeddp beside it, or both in one command, never replaces it.
 
 The tests share one venv and run in file order: the `[cli]` ones first, then the ones that
 add an extra (`kube`, then `helm`, `sdk`, `s3`) to it. Nothing uses a lock: pip resolves the
@@ -24,6 +26,8 @@ metadata. PyPI must be reachable (a skip says so otherwise; CI fails instead).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import subprocess
@@ -353,3 +357,98 @@ def test_metrics_with_the_newest_and_the_oldest_prometheus_client(
         assert done.returncode == 0 and done.stdout.startswith("ok "), done.stderr
         print(f"\nmetrics probe: {done.stdout.strip()}")
     assert Version(done.stdout.split()[1]) == Version(oldest), done.stdout
+
+
+# --- a newer torch stays ----------------------------------------------------------------------
+
+STAND_IN_TORCH = "2.99.0"  # newer than any torch release: what a cap on torch would refuse
+
+
+def _stand_in_torch_wheel(folder: Path) -> Path:
+    """A wheel named torch, version STAND_IN_TORCH, holding one module: pip sees a torch
+    distribution, and nothing real is ever downloaded or installed."""
+    name = f"torch-{STAND_IN_TORCH}"
+    files = {
+        "torch/__init__.py": f'__version__ = "{STAND_IN_TORCH}"\n',
+        f"{name}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: "
+        f"{STAND_IN_TORCH}\n",
+        f"{name}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: kubeddp-tests\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{name}.dist-info/RECORD,,")
+    files[f"{name}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    wheel_path = folder / f"{name}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel_path, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel_path
+
+
+# pip as a user runs it, but with none of this machine's pip settings: its config files name a
+# folder of local torch wheels and a constraints file that caps torch (PIP_CONSTRAINT,
+# /etc/xdg/pip/constraints.txt), which would make pip replace the stand-in for a reason that
+# is not kubeddp's.
+OFFLINE_PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_CONSTRAINT": "", "PIP_FIND_LINKS": "",
+                   "PIP_EXTRA_INDEX_URL": "", "PIP_INDEX_URL": ""}  # fmt: skip
+
+
+def _pip(python: Path | str, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **OFFLINE_PIP_ENV, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return subprocess.run([str(python), "-m", "pip", *argv], capture_output=True, text=True,
+                          env=env, timeout=600)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def offline_index(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A folder pip installs from with --no-index: kubeddp's wheel, its requirements but torch
+    (downloaded from PyPI once), and the stand-in torch. No real torch is in it, so a resolver
+    that wanted another torch fails here instead of downloading one."""
+    _pypi_reachable()
+    folder = tmp_path_factory.mktemp("offline-index")
+    done = _pip(sys.executable, "download", "--quiet", "--dest", str(folder),
+                *_requirements(wheel, set()))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not list(folder.glob("torch-*")), "a real torch was downloaded"
+    (folder / wheel.name).write_bytes(wheel.read_bytes())
+    _stand_in_torch_wheel(folder)
+    return folder
+
+
+def _fresh_venv(root: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+    return root / "bin" / "python"
+
+
+def _torch_version(python: Path) -> str:
+    done = _pip(python, "show", "torch")
+    found = re.search(r"^Version: (\S+)$", done.stdout, re.M)
+    assert found, done.stdout + done.stderr
+    return found.group(1)
+
+
+@pytest.mark.parametrize("how", ["kubeddp beside it", "both in one command"])
+def test_pip_keeps_a_torch_newer_than_any_tested(
+    how: str, offline_index: Path, tmp_path: Path
+) -> None:
+    """`pip install kubeddp` where torch 2.99.0 is installed, and `pip install torch==2.99.0
+    kubeddp`: pip resolves kubeddp's torch requirement with 2.99.0 and keeps it (a cap such as
+    <2.15 made the first replace torch with a multi-GB download of another build and the
+    second ResolutionImpossible)."""
+    python = _fresh_venv(tmp_path / "venv")
+    offline = ["install", "--no-index", "--find-links", str(offline_index)]
+    if how == "kubeddp beside it":
+        done = _pip(python, *offline, "--no-deps", f"torch=={STAND_IN_TORCH}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        done = _pip(python, *offline, "kubeddp")
+    else:
+        done = _pip(python, *offline, f"torch=={STAND_IN_TORCH}", "kubeddp")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _torch_version(python) == STAND_IN_TORCH
+    installed = re.search(r"^Successfully installed (.*)$", done.stdout, re.M)
+    assert installed and "kubeddp-" in installed.group(1), done.stdout
+    if how == "kubeddp beside it":
+        assert "torch-" not in installed.group(1), f"pip reinstalled torch: {installed.group(0)}"

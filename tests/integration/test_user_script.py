@@ -49,9 +49,10 @@ def both_ranks_reported(url: str) -> dict | None:
 def test_metrics_preemption_and_exact_resume(tmp_path: Path) -> None:
     snapshot = tmp_path / "snapshot.pt"
     argv = procs.kubeddp_argv(
-        "train", "--nproc", "2", "--script", str(user_script.SCRIPT), "--set", "metrics.port=0",
+        "train", "--nproc", "2", "--set", "metrics.port=0",
         "--set", "checkpoint.preempt_grace_seconds=30", "--set", "metrics.per_rank=true",
-        "--", *user_script.ARGS, "--snapshot", str(snapshot), "--pause", "0.05",
+        "--script", str(user_script.SCRIPT),
+        *user_script.ARGS, "--snapshot", str(snapshot), "--pause", "0.05",
     )  # fmt: skip
     with procs.started(argv, tmp_path / "first.log") as first:
         url = first.wait_for_output(r"\[kubeddp\] metrics: (http://\S+)", 120).group(1)
@@ -76,8 +77,8 @@ def test_metrics_preemption_and_exact_resume(tmp_path: Path) -> None:
 
     rerun = procs.run(
         procs.kubeddp_argv(
-            "train", "--nproc", "2", "--script", str(user_script.SCRIPT), "--set",
-            "metrics.port=0", "--", *user_script.ARGS, "--snapshot", str(snapshot),
+            "train", "--nproc", "2", "--set", "metrics.port=0", "--script",
+            str(user_script.SCRIPT), "--", *user_script.ARGS, "--snapshot", str(snapshot),
         ),
         tmp_path / "rerun.log",
         user_script.RUN_SECONDS,

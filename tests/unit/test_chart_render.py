@@ -161,7 +161,8 @@ CI_ARGV = {
     "script-values": [
         "pytorchjob", "--name", "my-train", "--nodes", "2", "--nproc-per-node", "2",
         "--image", "registry.example.com/ml/my-train:1.0", "--image-pull-secret", "regcred",
-        "--script", "/app/ddp_train.py", "--volume", "claim:datasets:/data:ro",
+        "--no-spawns-workers", "--script", "/app/ddp_train.py",
+        "--volume", "claim:datasets:/data:ro",
         "--env-from", "secret:s3-credentials", "--env-secret", "HF_TOKEN=hub-credentials:token",
         "--checkpoint-size", "10Gi", "--set", "checkpoint.preempt_grace_seconds=30",
         "--", "--epochs", "3", "--snapshot", "/checkpoints/snapshot.pt", "--lr", "0.05",

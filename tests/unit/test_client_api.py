@@ -82,7 +82,9 @@ def test_bad_render_options_are_the_clis_errors(options, argv, capsys) -> None:
     ("options", "says"),
     [
         ({"gpus": 8}, "'gpus' is not a render option"),
-        ({"nodes": "two"}, "nodes (--nodes): 'two' is not an integer"),
+        ({"nodes": "two"}, "--nodes: 'two' is neither N nor MIN:MAX"),
+        ({"nodes": 2, "nnodes": 3}, "nodes and nnodes are one option"),
+        ({"nnodes": True}, "nnodes (--nnodes): True is not text"),
         ({"master_replica": "yes"}, "(--master-replica): 'yes' is not True or False"),
         ({"ttl_seconds_after_finished": "1.5s"}, "is not a whole number of seconds"),
     ],

@@ -43,7 +43,7 @@ def _spawn_refusal(args: Any) -> str | None:
         return None
     from kubeddp.trainer.launcher.program_options import script_spawn_refusal
 
-    nodes = getattr(args, "elastic", None) or getattr(args, "nodes", None)
+    nodes = getattr(args, "elastic", None) or getattr(args, "nnodes", None)
     return script_spawn_refusal(args.script, nodes, getattr(args, "spawns_workers", None))
 
 
@@ -196,8 +196,8 @@ class Client:
             if script:  # when the image's script is here too: its pitfalls
                 from kubeddp.trainer.script_check.checks import warnings_for
 
-                nodes = options.get("elastic") or options.get("nodes") or 1
-                for line in warnings_for(script, nodes, program_args or []):
+                nodes = options.get("elastic") or options.get("nnodes") or options.get("nodes")
+                for line in warnings_for(script, nodes or 1, program_args or []):
                     self.say(f"kubeddp render: warning: {line}")
             return Manifests(docs)
 

@@ -110,24 +110,25 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 {{- end }}
 
 {{/* the launch arguments: the built-in trainer reads the config after `--`; a user's own
-program (trainer.script/module) gets everything after `--`, and the config is launch's */}}
+program (trainer.script/module) ends launch's options, as with torchrun: everything after it
+(after the `--` separator here) is the program's, and the config is launch's */}}
 {{- define "kubeddp.args" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $t := .Values.trainer }}
 {{- if or $t.script $t.module }}
 - "--config"
 - {{ $c.configFile }}
+{{- if eq (toString $t.spawnsWorkers) "true" }}
+- "--spawns-workers"
+{{- else if eq (toString $t.spawnsWorkers) "false" }}
+- "--no-spawns-workers"
+{{- end }}
 {{- if $t.script }}
 - "--script"
 - {{ $t.script | toJson }}
 {{- else }}
 - "--module"
 - {{ $t.module | toJson }}
-{{- end }}
-{{- if eq (toString $t.spawnsWorkers) "true" }}
-- "--spawns-workers"
-{{- else if eq (toString $t.spawnsWorkers) "false" }}
-- "--no-spawns-workers"
 {{- end }}
 - "--"
 {{- range $t.args }}

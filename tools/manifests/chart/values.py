@@ -29,6 +29,7 @@ from kubeddp.tools.manifests.chart.value_types import (
     k8s,
     k8s_list,
     label_map,
+    nnodes_values,
     pairs,
     pull_secrets,
     resource,
@@ -289,7 +290,16 @@ VALUES: tuple[Value, ...] = (
         doc="pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. "
         "PyTorchJob: nodes Workers (with pytorchJob.masterReplica: one Master and nodes-1 Workers)",
         group=JOB,
-        flags=(Flag(("--nodes",), read="int"),),
+        flags=(
+            Flag(
+                ("--nnodes", "--nodes"),
+                metavar="N|MIN:MAX",
+                help="pods (nodes) in the job, as torchrun's --nnodes: N, or MIN:MAX for an "
+                "elastic PyTorchJob (--elastic MIN:MAX); --nodes is the same option",
+                sets=("nodes", "elastic.enabled", "elastic.minNodes", "elastic.maxNodes"),
+                convert=nnodes_values,
+            ),
+        ),
     ),
     Value(
         path="nprocPerNode",
