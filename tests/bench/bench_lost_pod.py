@@ -62,8 +62,8 @@ class Recovery:
 def _node_argv(rank: int, work: Path, tag: str, model: CharLM, port: int,
                settings: tuple[str, ...]) -> list[str]:  # fmt: skip
     overrides = [*model.overrides(), "train.log_every=1", "train.epochs=1",
-                 f"checkpoint.dir={work / f'{tag}-ckpt-{rank}'}", "checkpoint.resume=never",
-                 "metrics.port=0", "network.check=off", *settings]  # fmt: skip
+                 f"checkpoint.dir={work / f'{tag}-ckpt-{rank}'}", "metrics.port=0",
+                 "network.check=off", *settings]  # fmt: skip
     argv = [KUBEDDP, "train", "--nproc", "2", "--nnodes", "2", "--node-rank", str(rank),
             "--master-addr", HOSTS[0], "--master-port", str(port)]  # fmt: skip
     for item in overrides:

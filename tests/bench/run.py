@@ -74,8 +74,8 @@ class Sizes:
     keeper_pods_mib: int = 256
     recovery_model: CharLM = CharLM(n_layer=2, n_embd=128, batch_size=32)  # the demo's model
     recovery_kill_steps: tuple[int, int] = (40, 90)  # a random step in epoch 0 (220 steps)
-    snapshot_steps: int = 60
-    snapshot_reps: int = 5
+    snapshot_steps: int = 120
+    snapshot_reps: int = 7
 
 
 SMALL = CharLM(n_layer=2, n_embd=64, batch_size=16)

@@ -84,6 +84,7 @@ class CheckpointManager:
         self.ctx = ctx
         self.run = run
         self.parts = dict(parts)  # `model` is unwrapped: its keys do not depend on DDP/compile
+        self._per_rank = [(n, p) for n, p in self.parts.items() if isinstance(p, PerRank)]
         self.metrics = metrics
         self.log = log
         self.before_save = before_save  # the loop settles what it keeps on the device
@@ -163,8 +164,7 @@ class CheckpointManager:
             return
         if self.before_save is not None:
             self.before_save()
-        own = {name: part.state_dict() for name, part in self.parts.items()
-               if isinstance(part, PerRank)}  # fmt: skip
+        own = {name: part.state_dict() for name, part in self._per_rank}
         taker.take(state.step, self._own_state, own, updated_by(self._optimizer))
 
     def save(self, state: Any, *, blocking: bool, final: bool = False) -> None:

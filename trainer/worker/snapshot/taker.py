@@ -94,7 +94,7 @@ class SnapshotTaker:
         # update, the background thread's CPU time (waiting in the gather is not counted: the
         # rank would wait as long in the step's own all-reduce)
         self._take_cpu = self._gate_wait = self._background_cpu = 0.0
-        self._last_take: tuple[int, float] | None = None
+        self._last_take: tuple[int, float, float] | None = None  # step, wall, process CPU
         self._step_seconds: float | None = None
         self._published = 0
 
@@ -131,10 +131,15 @@ class SnapshotTaker:
         return min(max(wanted, 1), MAX_AUTO_EVERY)
 
     def _timed_step(self, step: int) -> None:
-        now = time.perf_counter()
+        """A step's time since the last snapshot: the smaller of its wall time and this
+        process's CPU time, so the budget holds however the rank is measured (wall time on a
+        GPU that keeps the host waiting; CPU time where other processes share the cores)."""
+        now, cpu = time.perf_counter(), time.process_time()
         if self._last_take is not None and step > self._last_take[0]:
-            self._step_seconds = (now - self._last_take[1]) / (step - self._last_take[0])
-        self._last_take = (step, now)
+            steps = step - self._last_take[0]
+            wall, used = now - self._last_take[1], cpu - self._last_take[2]
+            self._step_seconds = max(min(wall, used), 1e-6) / steps
+        self._last_take = (step, now, cpu)
 
     # ---- the update's wait ---------------------------------------------------------------
     def guard(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
