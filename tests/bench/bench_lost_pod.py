@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.bench.bench_trainer import CharLM, _alternate
-from tests.bench.common import Row, median, spread
+from tests.bench.common import Row, median, paired
 from tests.helpers import netns, procs
 
 HOSTS = ["bench-node-0", "bench-node-1"]
@@ -193,21 +193,20 @@ def _recovery_row(kill: str, name: str, r: Recovery, model: CharLM) -> Row:
 
 def bench_snapshot_cost(work: Path, model: CharLM, steps: int, reps: int,
                         timeout: float) -> list[Row]:  # fmt: skip
-    """Samples per CPU-second with in-memory snapshots (every default) / without."""
+    """Samples per CPU-second with in-memory snapshots (every default) / without, in
+    alternating pairs inside one 2-process job (rank 0's process: the snapshot writer)."""
     arms = {"snapshots": [], "no-snapshots": ["checkpoint.memory_snapshots=false"]}
     runs = _alternate(work, "snapshot-cost", model, steps, reps, arms, timeout)
-    on = [t.cpu_seconds_per_step() for t in runs["snapshots"]]
-    off = [t.cpu_seconds_per_step() for t in runs["no-snapshots"]]
-    ratios = [b / a for a, b in zip(on, off, strict=True)]  # per CPU-second: off/on CPU-s
+    per_cpu = {arm: [t.samples_per_step / t.cpu_seconds_per_step() for t in runs[arm]]
+               for arm in arms}  # fmt: skip
     walls = [b.median_step_seconds() / a.median_step_seconds()
              for a, b in zip(runs["snapshots"], runs["no-snapshots"], strict=True)]  # fmt: skip
-    return [Row(
+    return [paired(
         "recovery",
         "samples per CPU-second, in-memory snapshots on (auto cadence) / off",
-        median(ratios),
-        f"snapshots off, {len(ratios)} alternating pairs in one 2-process job",
-        f"{median(on) * 1000:.2f} vs {median(off) * 1000:.2f} CPU-ms per step; "
-        f"wall ratio {median(walls):.3f}",
+        "snapshots off, alternating in one 2-process job",
+        list(zip(per_cpu["snapshots"], per_cpu["no-snapshots"], strict=True)),
+        "samples per CPU-second",
         ">= 0.99",
-        f"{model.describe()}; {spread(ratios)}",
+        f"{model.describe()}; wall ratio {median(walls):.3f}",
     )]  # fmt: skip
