@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # annotations only: the launcher's --help path imports this module
+    import torch
 
 LEARN_PASSES = 2
 
