@@ -201,6 +201,12 @@ def bench_snapshot_cost(work: Path, model: CharLM, steps: int, reps: int,
                for arm in arms}  # fmt: skip
     walls = [b.median_step_seconds() / a.median_step_seconds()
              for a, b in zip(runs["snapshots"], runs["no-snapshots"], strict=True)]  # fmt: skip
+    chosen = re.findall(r"in-memory snapshots: every (\d+) steps \(auto[^)]*\), ([\d.]+ \w+) each",
+                        (work / "snapshot-cost.log").read_text(errors="replace"))  # fmt: skip
+    every = sorted(int(n) for n, _ in chosen)
+    cadence = (
+        f"; auto cadence every {every[0]}-{every[-1]} steps, {chosen[0][1]} each" if chosen else ""
+    )
     return [paired(
         "recovery",
         "samples per CPU-second, in-memory snapshots on (auto cadence) / off",
@@ -208,5 +214,5 @@ def bench_snapshot_cost(work: Path, model: CharLM, steps: int, reps: int,
         list(zip(per_cpu["snapshots"], per_cpu["no-snapshots"], strict=True)),
         "samples per CPU-second",
         ">= 0.99",
-        f"{model.describe()}; wall ratio {median(walls):.3f}",
+        f"{model.describe()}; wall ratio {median(walls):.3f}{cadence}",
     )]  # fmt: skip
