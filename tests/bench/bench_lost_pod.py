@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.bench.bench_trainer import CharLM, _alternate
-from tests.bench.common import Row, median, paired
+from tests.bench.common import Row, paired
 from tests.helpers import netns, procs
 
 HOSTS = ["bench-node-0", "bench-node-1"]
@@ -193,26 +193,27 @@ def _recovery_row(kill: str, name: str, r: Recovery, model: CharLM) -> Row:
 
 def bench_snapshot_cost(work: Path, model: CharLM, steps: int, reps: int,
                         timeout: float) -> list[Row]:  # fmt: skip
-    """Samples per CPU-second with in-memory snapshots (every default) / without, in
-    alternating pairs inside one 2-process job (rank 0's process: the snapshot writer)."""
+    """Throughput with in-memory snapshots (every default) / without, in alternating pairs
+    inside one 2-process job (rank 0's process: the snapshot writer): samples per second (what
+    the auto cadence's 1% budget holds) and samples per CPU-second beside it."""
     arms = {"snapshots": [], "no-snapshots": ["checkpoint.memory_snapshots=false"]}
     runs = _alternate(work, "snapshot-cost", model, steps, reps, arms, timeout)
+    per_second = {arm: [t.samples_per_second() for t in runs[arm]] for arm in arms}
     per_cpu = {arm: [t.samples_per_step / t.cpu_seconds_per_step() for t in runs[arm]]
                for arm in arms}  # fmt: skip
-    walls = [b.median_step_seconds() / a.median_step_seconds()
-             for a, b in zip(runs["snapshots"], runs["no-snapshots"], strict=True)]  # fmt: skip
     chosen = re.findall(r"in-memory snapshots: every (\d+) steps \(auto[^)]*\), ([\d.]+ \w+) each",
                         (work / "snapshot-cost.log").read_text(errors="replace"))  # fmt: skip
     every = sorted(int(n) for n, _ in chosen)
     cadence = (
-        f"; auto cadence every {every[0]}-{every[-1]} steps, {chosen[0][1]} each" if chosen else ""
+        f"auto cadence every {every[0]}-{every[-1]} steps, {chosen[0][1]} each" if every else ""
     )
-    return [paired(
-        "recovery",
-        "samples per CPU-second, in-memory snapshots on (auto cadence) / off",
-        "snapshots off, alternating in one 2-process job",
-        list(zip(per_cpu["snapshots"], per_cpu["no-snapshots"], strict=True)),
-        "samples per CPU-second",
-        ">= 0.99",
-        f"{model.describe()}; wall ratio {median(walls):.3f}{cadence}",
-    )]  # fmt: skip
+    against = "snapshots off, alternating in one 2-process job"
+    pairs = {arm: list(zip(values["snapshots"], values["no-snapshots"], strict=True))
+             for arm, values in (("wall", per_second), ("cpu", per_cpu))}  # fmt: skip
+    note = "; ".join(x for x in (model.describe(), cadence) if x)
+    return [
+        paired("recovery", "samples per second, in-memory snapshots on (auto cadence) / off",
+               against, pairs["wall"], "samples/s", ">= 0.99", note),
+        paired("recovery", "samples per CPU-second, in-memory snapshots on / off", against,
+               pairs["cpu"], "samples per CPU-second", "", "the budget is 1% of wall time"),
+    ]  # fmt: skip
