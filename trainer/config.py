@@ -293,6 +293,25 @@ class CheckpointConfig:
         minimum=0,
         maximum=MAX_COUNT,
     )
+    every_seconds: float = setting(
+        1800.0,
+        "also save once this many seconds of training passed since the last save, so losing "
+        "every pod at once (job deleted, cluster outage) loses at most this much; 0 = off",
+        minimum=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    memory_snapshots: bool = setting(
+        True,
+        "keep the newest training state in each pod's memory (/dev/shm) as well: a lost pod "
+        "resumes from a peer's copy, not from storage (docs/checkpoints.md)",
+    )
+    memory_every_steps: int = setting(
+        0,
+        "steps between in-memory snapshots; 0 = as often as keeps their cost under 1% of "
+        "the training time (measured)",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
     keep: int = setting(3, "newest checkpoints kept", minimum=1, maximum=MAX_COUNT)
     async_save: bool = setting(True, "write in a background thread while training continues")
     resume: str = setting(

@@ -171,6 +171,12 @@ SCHEMA_REJECTS = {
 
 FAIL_RULES = {
     # case: (values, release name, pattern of the message)
+    "snapshot size below the state": (
+        {"memorySnapshots": {"size": "1Mi"}},
+        "demo",
+        r"`memorySnapshots.size` 1Mi cannot hold one snapshot of the training state its config "
+        r"describes \(\d+Mi",
+    ),
     "time limit of no time": (
         {"timeLimit": "0h0m"},
         "demo",

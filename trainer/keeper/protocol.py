@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from kubeddp.trainer.checkpoint_digest import DigestError, FileDigest
+from kubeddp.trainer.process_contract import PROGRESS_NOTE
 
 API = "/v2"
 HEALTH = "/healthz"
@@ -198,7 +199,8 @@ class Listing:
 
     def newest_mtime_ns(self) -> int:
         """The newest time a file was written, as the retry budget counts progress (hidden
-        names left out, as retry_budget.progress_marker does on a disk)."""
+        names left out, as retry_budget.progress_marker does on a disk, but for rank 0's note
+        of its newest in-memory snapshot)."""
         times = [
             entry.mtime_ns
             for files in ([*u[1].items()] for u in self.units.values())
@@ -208,7 +210,7 @@ class Listing:
         times += [
             entry.mtime_ns
             for rel, (_, entry) in self.files.items()
-            if not any(part.startswith(".") for part in rel.split("/"))
+            if rel == PROGRESS_NOTE or not any(part.startswith(".") for part in rel.split("/"))
         ]
         return max(times, default=0)
 
