@@ -20,6 +20,7 @@ from kubeddp.trainer.config import ConfigError, add_config_options
 from kubeddp.trainer.launcher import command_name, end_signals, scratch, torchrun_cli
 from kubeddp.trainer.launcher.launch_plan import (
     MAX_RDZV_WAIT_SECONDS,
+    checked_settings,
     dry_run,
     plan_launch,
     preflight,
@@ -146,6 +147,10 @@ def launch_with(
         return _bad_input(exc)
     warnings()
     if args.dry_run:
+        try:  # what the real start would refuse, a dry run refuses (no wait, no process)
+            checked_settings(args, launch_plan, env)
+        except (ConfigError, RendezvousError) as exc:
+            return _bad_input(exc)
         return dry_run(launch_plan)
     try:
         cfg, deadline = preflight(args, launch_plan, env)

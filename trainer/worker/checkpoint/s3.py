@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 from typing import IO, Any
 
+from kubeddp.trainer import storage_rules
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
     MARKER,
@@ -29,8 +29,6 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     reason,
 )
 
-# Bucket names as S3 allows them (3-63 characters, lower case, digits, dots, hyphens).
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PROBE = ".kubeddp-probe"
 OWNER_NOTE = ".kubeddp-checkpoints"
 SPOOL_BYTES = 64 * 2**20
@@ -38,16 +36,17 @@ ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
 def parse_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of `s3://bucket[/prefix]`; CheckpointError naming what is wrong."""
-    rest = url[len("s3://") :] if url.startswith("s3://") else None
-    bucket, _, prefix = (rest or "").partition("/")
-    prefix = prefix.rstrip("/")
-    if rest is None or not BUCKET_RE.match(bucket) or "//" in prefix or prefix.startswith("/"):
+    """(bucket, prefix) of `s3://bucket[/prefix]`; CheckpointError naming what is wrong (the
+    rule is storage_rules', which the chart applies too)."""
+    problem = storage_rules.object_store_problem(url) if url.startswith("s3://") else "x"
+    if problem:
         raise CheckpointError(
             f"checkpoint.dir {url!r} is not a valid S3 URL; write s3://BUCKET/PREFIX (bucket: "
-            "3-63 lower-case letters, digits, dots or hyphens)"
+            "3-63 lower-case letters, digits, dots or hyphens; the prefix: no empty, `.` or "
+            "`..` part)"
         )
-    return bucket, prefix
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    return bucket, prefix.rstrip("/")
 
 
 def _buffer() -> IO[bytes]:
