@@ -54,7 +54,7 @@ SIGKILLED = -int(signal.SIGKILL)
         ),
         (
             (-int(signal.SIGSEGV), exit_codes.PEER_FAILED),
-            128 + int(signal.SIGSEGV),
+            exit_codes.CRASHED,
             "a segfault wins over the peer that saw it",
         ),
         ((exit_codes.TRAINING_FAILED,), exit_codes.TRAINING_FAILED, "the program's own bug"),
@@ -74,10 +74,12 @@ SIGKILLED = -int(signal.SIGKILL)
             "a preemption vote: every rank saved and stopped",
         ),
         ((exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED), exit_codes.BAD_INPUT, "the first"),
-        ((-int(signal.SIGSEGV),), 128 + int(signal.SIGSEGV), "a crash by signal is >= 128"),
+        ((-int(signal.SIGSEGV),), exit_codes.CRASHED, "a crash by signal: crashed, retried"),
+        ((-int(signal.SIGHUP),), exit_codes.CRASHED, "a signal no row names: crashed"),
+        ((134,), exit_codes.CRASHED, "a code >= 128 no row names: crashed"),
         (
             (exit_codes.PEER_FAILED, -int(signal.SIGABRT)),
-            128 + int(signal.SIGABRT),
+            exit_codes.CRASHED,
             "a local crash is the cause of the local peer's failure",
         ),
     ],

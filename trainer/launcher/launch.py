@@ -109,14 +109,14 @@ def launch_parser() -> argparse.ArgumentParser:
 
 
 def launch_main(argv: list[str]) -> int:
-    """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    """A SIGTERM/SIGINT at any moment ends launch with its code (end_signals.py)."""
     return _with_end_signals(lambda: _launch(argv))
 
 
 def _with_end_signals(body: Callable[[], int]) -> int:
     previous = end_signals.install()
     try:
-        return body()
+        return _documented(body())
     except Exception as exc:
         code = end_signals.exit_code_of(exc)
         if code is None:
@@ -124,6 +124,17 @@ def _with_end_signals(body: Callable[[], int]) -> int:
         return code
     finally:
         end_signals.restore(previous)  # launch may run inside a test; at exit: ignored
+
+
+def _documented(code: int) -> int:
+    """The pod's code as the exit-code table names it: a code of 128 or more that no row names
+    (a program's own choice under torchrun, or a path that kept a signal's 128 + N) is CRASHED,
+    said in one line: the operators act on the table's codes alone."""
+    named = exit_codes.documented(code)
+    if named != code:
+        _log(f"[kubeddp] exit code {code} is not one of kubeddp's: exit code "
+             f"{exit_codes.describe(named)} (docs/exit-codes.md)")  # fmt: skip
+    return named
 
 
 def _launch(argv: list[str]) -> int:
