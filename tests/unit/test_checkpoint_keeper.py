@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import pytest
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.checkpoint_digest import BlockHasher
 from kubeddp.trainer.keeper.client import KeeperClient
 from kubeddp.trainer.keeper.reach import (
@@ -34,10 +34,12 @@ from kubeddp.trainer.keeper.sync import (
     KeeperError,
     KeeperSettingError,
     SyncSettings,
+    start_from_env,
     within,
 )
 from tests.helpers import procs
 from tests.helpers.keeper import (
+    DrippingProxy,
     Keeper,
     checkpoint,
     free_port,
@@ -212,6 +214,32 @@ def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Pa
     assert (sync.root / "ckpt-00000007" / "state.pt").read_bytes()[:5] == b"seven"
     assert any("fetching again after" in line for line in lines), lines
     assert not list(sync.root.glob(".kubeddp-sync-*"))  # no staging left behind
+
+
+@pytest.mark.parametrize("drips", ["/v2/list", "/v2/file/"])
+def test_a_keeper_whose_answers_never_finish_ends_the_start_within_its_budget(
+    drips: str, tmp_path: Path
+) -> None:
+    """Its listing (or a block) comes a byte every 0.2 s: every read is within the 60 s
+    timeout, and a starting pod once waited on it for ever. Every exchange now has a deadline
+    of its own and ends within the pod's budget: a retryable failure, said in one line."""
+    secret = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret) as keeper:
+        seeded = _sync(keeper, tmp_path / "seed")
+        checkpoint(seeded.root, 7, payload=b"seven", size=1 << 20)
+        seeded.push()
+        proxy = DrippingProxy(keeper.port, (drips,))
+        env = {constants.ENV_CHECKPOINT_KEEPER: proxy.url,
+               constants.ENV_CHECKPOINT_KEEPER_TOKEN_FILE: str(secret)}  # fmt: skip
+        lines: list[str] = []
+        try:
+            with pytest.raises(KeeperError) as failed:
+                start_from_env(env, str(tmp_path / "pod"), 3.0, lines.append,
+                               SyncSettings(reads=True))  # fmt: skip
+        finally:
+            proxy.close()
+    assert "did not end within" in str(failed.value) or "wait for it is over" in str(failed.value)
+    assert not (tmp_path / "pod" / "ckpt-00000007").exists()
 
 
 def test_a_rejoining_pod_fetches_again_when_its_keeper_drops(tmp_path: Path) -> None:

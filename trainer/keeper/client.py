@@ -26,6 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import DigestError
+from kubeddp.trainer.deadline import DeadlineExceeded, exchange, shut_connection
 from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.blocks import receive_block
@@ -38,7 +39,8 @@ from kubeddp.trainer.keeper.protocol import (
     Upload,
 )
 
-REQUEST_TIMEOUT = 60.0
+REQUEST_TIMEOUT = 60.0  # per read; and the whole of a small request's exchange
+MIN_BYTES_PER_SECOND = 1e6  # a block's exchange may take REQUEST_TIMEOUT + its size at this rate
 PARALLEL = 4
 REUSE_SECONDS = 20.0  # the keeper closes a connection idle for 60 s: never reuse one near that
 TRIES = 3
@@ -107,6 +109,27 @@ class KeeperClient:
         self._pool = concurrent.futures.ThreadPoolExecutor(parallel, "kubeddp-keeper")
         self.moved_bytes = 0  # fetched and sent, for the log and the benchmark
         self._count = threading.Lock()
+        # time.monotonic() by which every exchange must end (a starting pod's budget); None:
+        # each has its own deadline only
+        self.deadline: float | None = None
+
+    def _seconds(self, size: int = 0) -> float:
+        """The whole exchange's deadline: the request timeout and the size at 1 MB/s, within
+        the client's own deadline (a keeper whose answers never finish must not hold a
+        starting pod past its budget)."""
+        seconds = self.timeout + size / MIN_BYTES_PER_SECOND
+        if self.deadline is not None:
+            seconds = min(seconds, self.deadline - time.monotonic())
+        if seconds <= 0:
+            raise KeeperError(f"keeper {self.url}: the time this pod may wait for it is over")
+        return seconds
+
+    def _exchange(self, conn: http.client.HTTPConnection, what: str, size: int = 0):  # noqa: ANN202
+        """The deadline of one exchange on `conn` (deadline.py): at the deadline its socket is
+        shut and the exchange fails as a cut connection does."""
+        return exchange(
+            self._seconds(size), f"{what} from keeper {self.url}", shut_connection(conn)
+        )
 
     # ---- connections -------------------------------------------------------------------------
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
@@ -161,10 +184,14 @@ class KeeperClient:
         for attempt in (1, 2):
             conn, reused = self._connection()
             try:
-                conn.request(method, target, body=body, headers=headers)
-                answer = conn.getresponse()
-                data = answer.read()
+                with self._exchange(conn, f"{method} {target.split('?')[0]}"):
+                    conn.request(method, target, body=body, headers=headers)
+                    answer = conn.getresponse()
+                    data = answer.read()
                 break
+            except DeadlineExceeded as exc:
+                conn.close()
+                raise KeeperError(str(exc)) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 if reused and attempt == 1 and isinstance(exc, STALE):
@@ -202,9 +229,10 @@ class KeeperClient:
         """None when the keeper answers its health check; else what happened, in a few words."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=min(self.timeout, 5.0))
         try:
-            conn.request("GET", HEALTH)
-            answer = conn.getresponse()
-            body = answer.read(100)
+            with exchange(min(self.timeout, 5.0), "its health check", shut_connection(conn)):
+                conn.request("GET", HEALTH)
+                answer = conn.getresponse()
+                body = answer.read(100)
             return None if body == b"ok\n" else f"its health check answered {answer.status}"
         except (OSError, http.client.HTTPException) as exc:
             return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -315,15 +343,18 @@ class KeeperClient:
         headers |= {"Range": f"bytes={offset}-{offset + size - 1}", VERSION_HEADER: item.version}
         conn, _ = self._connection()
         try:
-            conn.request("GET", target, headers=headers)
-            answer = conn.getresponse()
+            with self._exchange(conn, f"GET {item.rel}", size):
+                conn.request("GET", target, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read() if answer.status != 206 else b""
+                if answer.status == 206:
+                    algorithm = item.entry.digest.algorithm
+                    got = receive_block(answer.readinto, fd, offset, size, algorithm)
             if answer.status != 206:
-                data = answer.read()
                 self._done(conn, not answer.will_close)
                 if answer.status != 401:
                     self._check_reply(headers, answer, data)
                 raise self._refusal("GET", target, answer.status, data)
-            got = receive_block(answer.readinto, fd, offset, size, item.entry.digest.algorithm)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise self._unreachable(f"GET {item.rel}", exc) from None
@@ -397,16 +428,17 @@ class KeeperClient:
         headers = self._headers("PUT", target, entry.digest.blocks[block])
         conn, _ = self._connection()
         try:
-            conn.putrequest("PUT", target, skip_accept_encoding=True)
-            for name, value in {**headers, "Content-Length": str(size)}.items():
-                conn.putheader(name, value)
-            conn.endheaders()
-            if size:
-                with open(source, "rb") as file:
-                    if conn.sock is None or conn.sock.sendfile(file, offset, size) != size:
-                        raise ConnectionError(f"{source} ended before its block {block}")
-            answer = conn.getresponse()
-            data = answer.read()
+            with self._exchange(conn, f"sending {source.name}", size):
+                conn.putrequest("PUT", target, skip_accept_encoding=True)
+                for name, value in {**headers, "Content-Length": str(size)}.items():
+                    conn.putheader(name, value)
+                conn.endheaders()
+                if size:
+                    with open(source, "rb") as file:
+                        if conn.sock is None or conn.sock.sendfile(file, offset, size) != size:
+                            raise ConnectionError(f"{source} ended before its block {block}")
+                answer = conn.getresponse()
+                data = answer.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise self._unreachable(f"sending {source.name}", exc) from None

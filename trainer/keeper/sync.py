@@ -475,7 +475,11 @@ def start_from_env(
     wait_for_keeper(client, deadline_seconds, log, unreachable_limit, say_seconds(env))
     end = time.monotonic() + deadline_seconds
     sync = CheckpointSync(client, Path(checkpoint_dir), log, settings)
-    fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
+    client.deadline = end  # every exchange of the start ends within the pod's budget
+    try:
+        fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
+    finally:
+        client.deadline = None
     log(
         f"[kubeddp] checkpoint keeper {client.url}: "
         + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing fetched")
