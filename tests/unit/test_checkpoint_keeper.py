@@ -534,3 +534,26 @@ def test_a_finished_run_whose_last_files_cannot_reach_the_keeper_exits_204(
     assert code == 204, proc.tail()
     assert "did not reach the checkpoint keeper" in proc.output(), proc.tail()
     assert (ck / "snapshot.pt").read_text() == "result"
+
+
+def test_a_pod_killed_after_its_config_copy_left_before_its_first_checkpoint(
+    served: Keeper, tmp_path: Path
+) -> None:
+    """Retries off, so no retry record: the keeper held config.yaml alone, and every later pod
+    refused checkpoint.dir as a user's working directory (exit 2). The copy says it is
+    kubeddp's on its first line: the next pod claims the directory and trains."""
+    from kubeddp.trainer.worker.checkpoint import safety
+    from kubeddp.trainer.worker.checkpoint.local import LocalStorage
+
+    first = _sync(served, tmp_path / "first")
+    storage = LocalStorage(first.root)
+    safety.claim(storage, "train: {epochs: 1}\n", lambda _m: None)
+    first.push(final=True)
+    storage.release()  # the pod is gone: its emptyDir with it
+    assert [p.name for p in served.root.iterdir() if not p.name.startswith(".")] == ["config.yaml"]
+    second = _sync(served, tmp_path / "second")
+    second.fill()
+    assert sorted(p.name for p in second.root.iterdir()) == ["config.yaml"]
+    again = LocalStorage(second.root)
+    safety.claim(again, "train: {epochs: 1}\n", lambda _m: None)  # no longer refused
+    again.release()

@@ -257,3 +257,19 @@ def test_an_answer_that_never_finishes_ends_at_the_requests_deadline(
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
         with pytest.raises(ckpt.StorageUnreachable, match="did not end within 2 s"):
             ckpt.load_newest_valid(url, log=lambda _m: None)
+
+
+def test_a_config_copy_alone_is_told_from_a_users_config_in_a_bucket_too(s3env) -> None:
+    from kubeddp.trainer.worker.checkpoint import safety
+    from kubeddp.trainer.worker.checkpoint.storage import CONFIG_NOTE_HEADER
+
+    client = s3env.client()
+    for prefix, text, ours in (("ours", CONFIG_NOTE_HEADER + "train: {}\n", True),
+                               ("users", "train: {lr: 0.1}\n", False)):  # fmt: skip
+        client.put_object(Bucket=s3server.BUCKET, Key=f"{prefix}/config.yaml", Body=text.encode())
+        storage = S3Storage.from_url(f"s3://{s3server.BUCKET}/{prefix}")
+        if ours:
+            safety.claim(storage, "train: {}\n", lambda _m: None)
+        else:
+            with pytest.raises(ckpt.CheckpointError, match="did not write"):
+                safety.claim(storage, "train: {}\n", lambda _m: None)

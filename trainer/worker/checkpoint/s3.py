@@ -39,6 +39,7 @@ from kubeddp.trainer.deadline import DeadlineExceeded, call_within
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
     MARKER,
+    NOTE_BYTES,
     CheckpointError,
     CheckpointRef,
     StorageUnreachable,
@@ -369,6 +370,17 @@ class S3Storage:
             self.client.copy(copy, self.bucket, target_key + source[len(key) :])
         self._delete_keys(keys)
         return self._url(target_key)
+
+    def read_note(self, name: str) -> str | None:
+        try:
+            answer = self._call(f"reading {name}", self.client.get_object, Bucket=self.bucket,
+                                Key=self._key(name), Range=f"bytes=0-{NOTE_BYTES - 1}")  # fmt: skip
+            body = self._timed(f"reading {name}", answer["Body"].read, NOTE_BYTES)
+        except StorageUnreachable:
+            raise
+        except CheckpointError:  # none there (NoSuchKey), or not readable: not a note
+            return None
+        return body.decode(errors="replace")
 
     def write_note(self, name: str, text: str) -> None:
         self._call(
