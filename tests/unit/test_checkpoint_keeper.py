@@ -557,3 +557,39 @@ def test_a_pod_killed_after_its_config_copy_left_before_its_first_checkpoint(
     again = LocalStorage(second.root)
     safety.claim(again, "train: {epochs: 1}\n", lambda _m: None)  # no longer refused
     again.release()
+
+
+def test_links_in_a_listing_are_never_recreated_or_written_through_outside_the_dir(
+    tmp_path: Path,
+) -> None:
+    """Someone who can write the keeper's volume plants links that leave checkpoint.dir: a pod
+    recreated them, and a later fetch wrote through them. A listed link is recreated only when
+    its target stays inside (judged by its text), and a fetched file is placed a folder at a
+    time without following a link, whatever is in the pod's checkpoint.dir."""
+    secret = write_secret(tmp_path / "secret")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    (claim / "up").symlink_to("../../outside")
+    (claim / "abs").symlink_to(str(outside))
+    (claim / "latest").symlink_to("notes/today")
+    (claim / "notes").mkdir()
+    (claim / "notes" / "today").write_text("kept\n")
+    (claim / "sub").mkdir()
+    (claim / "sub" / "x").write_text("through the link\n")
+    lines: list[str] = []
+    with keeper_up(claim, tmp_path, secret) as keeper:
+        pod = tmp_path / "pod"
+        pod.mkdir()
+        (pod / "sub").symlink_to(outside)  # what an older pod (or anything) left there
+        sync = _sync(keeper, pod, lines=lines)
+        sync.fill()
+    assert not os.path.lexists(pod / "up") and not os.path.lexists(pod / "abs")
+    assert os.readlink(pod / "latest") == "notes/today", "a link inside is kept"
+    assert (pod / "notes" / "today").read_text() == "kept\n"
+    assert sorted(os.listdir(outside)) == [], "nothing written through a link"
+    said = "\n".join(lines)
+    assert "not recreated: the keeper lists up -> '../../outside'" in said, said
+    assert "not recreated: the keeper lists abs -> " in said
+    assert "not fetched: sub/x" in said

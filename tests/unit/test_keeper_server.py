@@ -21,7 +21,9 @@ import pytest
 from kubeddp.trainer.checkpoint_digest import MIN_BLOCK_BYTES, BlockHasher, marker_text
 from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.client import KeeperClient, KeeperRefused
+from kubeddp.trainer.keeper.local_dir import scan
 from kubeddp.trainer.keeper.protocol import FileEntry, Upload
+from kubeddp.trainer.keeper.sync import unit_upload
 from tests.helpers import procs
 from tests.helpers.keeper import (
     checkpoint,
@@ -327,3 +329,38 @@ def test_an_unsigned_keeper_and_a_signing_pod_do_not_talk(tmp_path: Path) -> Non
         client = KeeperClient(keeper.url, keeper_auth.Secret(b"0123456789abcdef0123"))
         with pytest.raises(Exception, match="not signed with the job's keeper secret"):
             client.listing()
+
+
+def test_nothing_is_added_linked_or_removed_inside_a_committed_checkpoint(tmp_path: Path) -> None:
+    """Signed clients once could upload a loose file into ckpt-N/ (and plant ckpt-M/COMPLETE,
+    a checkpoint the keeper never checked). A checkpoint's name is committed whole or not at
+    all: a file, a link or a delete under it is refused, whatever its name."""
+    secret_file = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret_file) as keeper:
+        client = keeper.client()
+        pod = tmp_path / "pod"
+        checkpoint(pod, 4)
+        (pod / "x").write_bytes(b"planted")
+        view = scan(pod)
+        client.upload(unit_upload(pod, "ckpt-00000004", view.units["ckpt-00000004"], 3),
+                      {r: pod / r for r in view.units["ckpt-00000004"]})  # fmt: skip
+        for rel, status in (("ckpt-00000004/extra.pt", "400"), ("ckpt-00000099/COMPLETE", "400"),
+                            ("ckpt-00000004.bad/x", "400")):  # fmt: skip
+            with pytest.raises(KeeperRefused, match=status):
+                client.upload(_file_upload(pod / "x", rel), {rel: pod / "x"})
+        with pytest.raises(KeeperRefused, match="403"):
+            client.link("ckpt-00000004/latest", "state.pt")
+        with pytest.raises(KeeperRefused, match="403"):
+            client.delete("ckpt-00000004/state.pt")
+        # a checkpoint of another name (a unit of a script's) is whole as well
+        (pod / "mine").mkdir()
+        (pod / "mine" / "COMPLETE").write_text("done\n")
+        mine = scan(pod).units["mine"]
+        client.upload(unit_upload(pod, "mine", mine, 3), {r: pod / r for r in mine})
+        with pytest.raises(KeeperRefused, match="403"):
+            client.upload(_file_upload(pod / "x", "mine/x"), {"mine/x": pod / "x"})
+        assert sorted(os.listdir(keeper.root / "ckpt-00000004")) == [
+            ".kubeddp-keeper.json", "COMPLETE", "config.yaml", "state.pt"
+        ]  # fmt: skip
+        assert not (keeper.root / "ckpt-00000099").exists()
+        assert client.listing().units.keys() == {"ckpt-00000004", "mine"}
