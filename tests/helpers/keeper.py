@@ -95,11 +95,27 @@ def checkpoint(root: Path, step: int, payload: bytes = b"state", size: int = 100
 
 
 def signed(
-    secret: keeper_auth.Secret | None, method: str, target: str, body: bytes = b""
+    secret: keeper_auth.Secret | None,
+    method: str,
+    target: str,
+    body: bytes = b"",
+    epoch: str = "",
 ) -> dict[str, str]:
     if secret is None:
         return {}
-    return keeper_auth.request_headers(secret, method, target, hashlib.sha256(body).hexdigest())
+    digest = hashlib.sha256(body).hexdigest()
+    return keeper_auth.request_headers(secret, method, target, digest, epoch)
+
+
+def epoch_of(port: int, secret: keeper_auth.Secret) -> str:
+    """The keeper's epoch, as a pod learns it: from the signed refusal of its first request."""
+    headers = {**signed(secret, "GET", "/v2/list"), "Connection": "close"}
+    reply = raw_exchange(port, request_bytes("GET", "/v2/list", headers))
+    for line in reply.split(b"\r\n\r\n")[0].decode().split("\r\n"):
+        name, _, value = line.partition(": ")
+        if name.lower() == keeper_auth.EPOCH_HEADER.lower():
+            return value
+    raise AssertionError(f"no epoch in {reply[:300]!r}")
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0, wait_close: bool = True) -> bytes:

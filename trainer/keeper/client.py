@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -47,6 +48,10 @@ TRIES = 3
 BUSY_TRIES = 30  # a keeper at its cap of requests in progress answers 503: about a minute
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def busy_pause(attempt: int) -> float:
     """Seconds before asking a busy keeper again (Retry-After is 1 s), spread among pods."""
     return min(2.0, 0.25 * (attempt + 1)) * (0.5 + random.random())
@@ -69,6 +74,11 @@ class KeeperRefused(KeeperError):
 class KeeperAuthError(KeeperError):
     """The keeper says this pod's requests are not the job's (401), or its replies are not
     signed with the job's secret: a setting to fix, not a failure to retry."""
+
+
+class KeeperStale(KeeperError):
+    """The keeper refused a request as signed for another start of it (its epoch) or another
+    clock, in a reply signed with the job's secret: the client has learnt both; sign again."""
 
 
 class KeeperSettingError(ValueError):
@@ -112,6 +122,10 @@ class KeeperClient:
         # time.monotonic() by which every exchange must end (a starting pod's budget); None:
         # each has its own deadline only
         self.deadline: float | None = None
+        # the keeper's epoch and its clock less this one's, learnt from its signed refusals
+        self.epoch, self.offset = "", 0.0
+        self.log: Callable[[str], None] = _stderr
+        self._said_clock = False
 
     def _seconds(self, size: int = 0) -> float:
         """The whole exchange's deadline: the request timeout and the size at 1 MB/s, within
@@ -158,7 +172,32 @@ class KeeperClient:
     def _headers(self, method: str, target: str, body_sha256: str) -> dict[str, str]:
         if self.secret is None:
             return {}
-        return keeper_auth.request_headers(self.secret, method, target, body_sha256)
+        return keeper_auth.request_headers(
+            self.secret, method, target, body_sha256, self.epoch, self.offset
+        )
+
+    def _learn(self, sent: dict[str, str], answer, data: bytes) -> None:  # noqa: ANN001
+        """A 401 that refused this request for the keeper's epoch or clock, signed with the
+        job's secret: learn both, say a clock that is off (once), and raise KeeperStale so the
+        caller signs again. Any other 401 is left to the caller (a secret that differs)."""
+        if self.secret is None:
+            return
+        nonce = sent.get(keeper_auth.NONCE_HEADER, "")
+        facts = keeper_auth.signed_reply(self.secret, nonce, answer.status, data, answer.headers)
+        if facts is None or facts.refusal not in (keeper_auth.EPOCH, keeper_auth.CLOCK,
+                                                  keeper_auth.FULL):  # fmt: skip
+            return
+        self.epoch = facts.epoch
+        if facts.refusal == keeper_auth.CLOCK and facts.date.isdigit():
+            self.offset = int(facts.date) - time.time()
+            if not self._said_clock:
+                self._said_clock = True
+                self.log(f"[kubeddp] checkpoint keeper {self.url}: this pod's clock is "
+                         f"{abs(self.offset):.0f} s {'behind' if self.offset > 0 else 'ahead of'} "
+                         "the keeper's; requests are signed with the keeper's time (fix the "
+                         "node's clock: NTP)")  # fmt: skip
+        raise KeeperStale(f"keeper {self.url} refused a request signed for its {facts.refusal}; "
+                          "signing again")  # fmt: skip
 
     def _unreachable(self, what: str, exc: BaseException) -> KeeperError:
         return KeeperError(f"keeper {self.url} unreachable ({what}: {exc or type(exc).__name__})")
@@ -167,21 +206,26 @@ class KeeperClient:
     def request(self, method: str, target: str, body: bytes | None = None) -> bytes:
         """One request with a small body; its reply's body (status < 300), else KeeperRefused
         naming the keeper's one line. A keeper busy with other pods (503) is asked again."""
+        stale = 0
         for attempt in range(BUSY_TRIES):
             try:
                 return self._request_once(method, target, body)
+            except KeeperStale:
+                stale += 1
+                if stale >= TRIES:  # the clock moves under it: retried, never fatal
+                    raise
             except KeeperRefused as exc:
                 if exc.status != 503 or attempt == BUSY_TRIES - 1:
                     raise
                 time.sleep(busy_pause(attempt))
-        raise AssertionError("unreachable")
+        raise KeeperError(f"keeper {self.url}: {method} {target.split('?')[0]} not answered")
 
     def _request_once(self, method: str, target: str, body: bytes | None) -> bytes:
         digest = hashlib.sha256(body or b"").hexdigest()
-        headers = self._headers(method, target, digest)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
         for attempt in (1, 2):
+            headers = self._headers(method, target, digest)  # a fresh nonce for each try
+            if body is not None:
+                headers["Content-Type"] = "application/json"
             conn, reused = self._connection()
             try:
                 with self._exchange(conn, f"{method} {target.split('?')[0]}"):
@@ -199,6 +243,7 @@ class KeeperClient:
                 raise self._unreachable(f"{method} {target.split('?')[0]}", exc) from None
         self._done(conn, not answer.will_close)
         if answer.status == 401:
+            self._learn(headers, answer, data)
             raise self._refusal(method, target, answer.status, data)
         self._check_reply(headers, answer, data)
         if answer.status >= 300:
@@ -209,7 +254,8 @@ class KeeperClient:
         if self.secret is None or answer.status == 503:
             return
         nonce = sent.get(keeper_auth.NONCE_HEADER, "")
-        if not keeper_auth.reply_is_signed(self.secret, nonce, answer.status, data, answer.headers):
+        facts = keeper_auth.signed_reply(self.secret, nonce, answer.status, data, answer.headers)
+        if facts is None:
             raise KeeperAuthError(
                 f"the answer from {self.url} is not signed with the job's keeper secret: the "
                 "keeper has another secret (or none), or something else answers at that address"
@@ -352,7 +398,9 @@ class KeeperClient:
                     got = receive_block(answer.readinto, fd, offset, size, algorithm)
             if answer.status != 206:
                 self._done(conn, not answer.will_close)
-                if answer.status != 401:
+                if answer.status == 401:
+                    self._learn(headers, answer, data)
+                else:
                     self._check_reply(headers, answer, data)
                 raise self._refusal("GET", target, answer.status, data)
         except (OSError, http.client.HTTPException) as exc:
@@ -443,7 +491,9 @@ class KeeperClient:
             conn.close()
             raise self._unreachable(f"sending {source.name}", exc) from None
         self._done(conn, not answer.will_close)
-        if answer.status != 401:
+        if answer.status == 401:
+            self._learn(headers, answer, data)
+        else:
             self._check_reply(headers, answer, data)
         if answer.status >= 300:
             raise self._refusal("PUT", target, answer.status, data)

@@ -487,6 +487,7 @@ def start_from_env(
     interval = sync_seconds(env)
     wait_for_keeper(client, deadline_seconds, log, unreachable_limit, say_seconds(env))
     end = time.monotonic() + deadline_seconds
+    client.log = log
     sync = CheckpointSync(client, Path(checkpoint_dir), log, settings)
     client.deadline = end  # every exchange of the start ends within the pod's budget
     try:
