@@ -2,6 +2,7 @@
 
 python -m tests.helpers.s3_faults html PORT              # 200 and an HTML page, always
 python -m tests.helpers.s3_faults json PORT              # 200 and a JSON object, always
+python -m tests.helpers.s3_faults text PORT              # 200 and a line of text, always
 python -m tests.helpers.s3_faults redirect PORT CODE     # CODE (301, 307) to another path
 python -m tests.helpers.s3_faults throttle PORT N UPSTREAM
     # 503 SlowDown to the first N requests (N < 0: to all), then each request passed on to
@@ -75,6 +76,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.mode == "json":
             self._answer(200, b'{"ok": true, "items": []}', "application/json")
+            return
+        if self.mode == "text":
+            self._answer(200, b"OK\n", "text/plain; charset=utf-8")
             return
         if self.mode == "redirect":
             where = f"http://{self.headers.get('Host')}/moved{self.path}"

@@ -184,6 +184,9 @@ def test_throttling_is_retried_with_back_off_then_retryable(
     ("json", (), "PutObject with 200 and application/json"),
     ("redirect", ("301",), "answered 301 with a redirect to http://"),
     ("redirect", ("307",), "answered 307 with a redirect to http://"),
+    ("redirect", ("302",), "answered 302 with a redirect to http://"),
+    ("redirect", ("308",), "answered 308 with a redirect to http://"),
+    ("text", (), "PutObject with 200 and text/plain"),
 ])  # fmt: skip
 def test_an_endpoint_that_is_not_s3_is_refused_at_once_not_retried(
     mode: str, args: tuple[str, ...], says: str, s3env, monkeypatch, tmp_path: Path

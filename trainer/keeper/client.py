@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import DigestError
 from kubeddp.trainer.deadline import DeadlineExceeded, exchange, shut_connection
+from kubeddp.trainer.endpoints import url_problem
 from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.blocks import receive_block
@@ -107,12 +108,10 @@ class KeeperClient:
         timeout: float = REQUEST_TIMEOUT,
         parallel: int = PARALLEL,
     ) -> None:
+        problem = url_problem(constants.ENV_CHECKPOINT_KEEPER, url, ("http",))
+        if problem:
+            raise KeeperSettingError(problem)
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise KeeperSettingError(
-                f"{constants.ENV_CHECKPOINT_KEEPER}={url!r} is not http://HOST:PORT; "
-                "fix or unset it"
-            )
         self.url, self.secret, self.timeout = url, secret, timeout
         self.host, self.port = parts.hostname, parts.port or constants.KEEPER_PORT
         self._idle: queue.LifoQueue[tuple[float, http.client.HTTPConnection]] = queue.LifoQueue()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, endpoints
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
@@ -191,6 +191,8 @@ def checked_settings(
     cfg = load_config_options(options, env)
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
+        raise ConfigError(problem)
+    for problem in endpoints.problems(env, cfg.checkpoint.dir):  # the keeper's, S3's
         raise ConfigError(problem)
     trainjob_status.check_env(env)
     return cfg, _rdzv_deadline(args.rdzv_wait, env)

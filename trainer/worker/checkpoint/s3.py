@@ -36,6 +36,7 @@ from kubeddp.trainer.checkpoint_digest import (
     marker_text,
 )
 from kubeddp.trainer.deadline import DeadlineExceeded, call_within
+from kubeddp.trainer.endpoints import S3_ENDPOINT_ENVS, url_problem
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
     MARKER,
@@ -50,7 +51,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 PROBE = ".kubeddp-probe"
 OWNER_NOTE = ".kubeddp-checkpoints"
 SPOOL_BYTES = 64 * 2**20
-ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+ENDPOINT_ENVS = S3_ENDPOINT_ENVS
 # One request's whole deadline, botocore's retries with back-off included (10 tries: about 2
 # minutes), plus its object's size at 1 MB/s: a drip-fed answer ends there, retryable.
 REQUEST_SECONDS = 300.0
@@ -91,6 +92,10 @@ def _endpoint() -> str | None:
     return None
 
 
+def _endpoint_name() -> str:
+    return next((name for name in ENDPOINT_ENVS if os.environ.get(name)), ENDPOINT_ENVS[-1])
+
+
 class S3Storage:
     """A prefix of an S3 bucket (see the module docstring)."""
 
@@ -113,6 +118,10 @@ class S3Storage:
                 f"checkpoint.dir {url} needs boto3, which is not installed: "
                 "pip install 'kubeddp[s3]'"
             ) from None
+        endpoint = _endpoint()
+        problem = url_problem(_endpoint_name(), endpoint, ("http", "https")) if endpoint else None
+        if problem:
+            raise CheckpointError(f"checkpoint.dir {url}: {problem}")
         session = boto3.session.Session()
         if session.get_credentials() is None:
             raise CheckpointError(
