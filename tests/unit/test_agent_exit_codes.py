@@ -12,7 +12,11 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.launcher.agent import AGENT_SIGKILL_AFTER_SECONDS, exit_code_of_failure
+from kubeddp.trainer.launcher.agent import (
+    AGENT_SIGKILL_AFTER_SECONDS,
+    exit_code_of_failure,
+    first_failed,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,3 +132,14 @@ def test_a_programs_own_code_is_not_named_after_a_cli_code() -> None:
     assert exit_codes.describe(exit_codes.CLUSTER_ERROR) == "3 (fatal)"
     assert exit_codes.describe(exit_codes.PEER_FAILED) == "201 (peer failed, retryable)"
     assert exit_codes.describe(250) == "250 (retryable)"
+
+
+def test_the_line_names_the_rank_whose_code_the_pod_ends_with(tmp_path: Path) -> None:
+    """A rank aborts (SIGABRT) and its peer's collective fails a moment before the abort is
+    reported: the pod ends crashed, and the line names the rank that died by the signal."""
+    exc = failed(tmp_path, exit_codes.PEER_FAILED, -int(signal.SIGABRT))
+    exc.failures[1].timestamp = exc.failures[0].timestamp + 1
+    code = exit_code_of_failure(exc)
+    assert code == exit_codes.CRASHED
+    assert first_failed(exc, code).startswith("; local rank 1")
+    assert first_failed(exc, code).endswith("failed first (died by SIGABRT)")

@@ -153,11 +153,6 @@ class KeeperServer(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(keeper.limits.max_requests)
         super().__init__(address, KeeperHandler)
 
-    @property
-    def active(self) -> int:
-        with self.connections_lock:
-            return sum(1 for c in self.connections.values() if not c.evicted)
-
     def process_request(self, request, client_address) -> None:  # noqa: ANN001
         limits, client = self.keeper.limits, client_address[0]
         with self.connections_lock:

@@ -154,9 +154,9 @@ class Outcome:
 
 
 def first_failed(exc: BaseException, chosen: int | None = None) -> str:
-    """`; local rank R (pid P) died by SIGABRT first`: the earliest worker that failed on its
-    own (the others were stopped by the agent) with the pod's code (`chosen`) where one did,
-    for the one line that says why the group ended."""
+    """`; local rank R (pid P) failed first (died by SIGABRT)`: the earliest worker that failed
+    on its own (the others were stopped by the agent) with the pod's code (`chosen`) where one
+    did, for the one line that says why the group ended."""
     failures = getattr(exc, "failures", {}) or {}
     ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
     codes = [worker_exit_code(int(getattr(f, "exitcode", 1))) for _, f in ordered]
@@ -166,7 +166,9 @@ def first_failed(exc: BaseException, chosen: int | None = None) -> str:
             pid = getattr(failure, "pid", None)
             raw = int(getattr(failure, "exitcode", 1))
             how = f"died by {signal_name(-raw)}" if raw < 0 else f"exited {raw}"
-            return f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + f" {how} first"
+            return (
+                f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + f" failed first ({how})"
+            )
     return ""
 
 
