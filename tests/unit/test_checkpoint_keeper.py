@@ -401,7 +401,7 @@ def test_an_absent_keeper_is_a_bounded_wait_said_every_interval(tmp_path: Path) 
         wait_for_keeper(client, 1.5, lines.append, say_every=0.5)
     assert lines and all("has not answered for" in line for line in lines), lines
     assert "kubectl get pods -l kubeddp.io/checkpoint-keeper=127" in lines[0], lines
-    with pytest.raises(KeeperSettingError, match="is not http://HOST:PORT"):
+    with pytest.raises(KeeperSettingError, match=r"is not http://HOST\[:PORT\]"):
         KeeperClient("s3://bucket")
 
 
@@ -467,7 +467,7 @@ def test_launch_without_its_keeper_ends_fatal_after_its_budget_and_with_a_bad_se
     del env["KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"]
     env["KUBEDDP_CHECKPOINT_KEEPER"] = "ftp://keeper"
     done = _launch(tmp_path, env, *args)
-    assert done.returncode == 2 and "is not http://HOST:PORT" in done.stderr, done.stderr
+    assert done.returncode == 2 and "is not http://HOST[:PORT]" in done.stderr, done.stderr
     env |= {"KUBEDDP_CHECKPOINT_KEEPER": "http://127.0.0.1:1",
             "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE": str(tmp_path / "missing")}  # fmt: skip
     done = _launch(tmp_path, env, *args)
