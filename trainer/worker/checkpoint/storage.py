@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from kubeddp.trainer.storage_rules import TENSORBOARD_DIR
+
 CKPT_RE = re.compile(r"^ckpt-(\d{8})$")
 MARKER = "COMPLETE"  # written last: a checkpoint without it is incomplete and ignored
 STATE_FILE = "state.pt"
@@ -17,7 +19,8 @@ CONFIG_FILE = "config.yaml"
 # someone else, and a directory holding it is refused (safety.py). Other parts of kubeddp that
 # keep a file beside the checkpoints name it `.kubeddp-*`.
 OWN_PREFIXES = ("ckpt-", ".tmp-ckpt-", ".kubeddp")
-OWN_NAMES = (CONFIG_FILE, "lost+found")  # lost+found: a fresh ext4 volume has it
+# lost+found: a fresh ext4 volume has it; TENSORBOARD_DIR: rank 0's curves (worker/curves.py)
+OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)
 # The first line of the config copy kubeddp writes beside its checkpoints: how a config.yaml
 # that arrived alone (from a checkpoint keeper, before the first checkpoint) is told from a
 # user's own config.yaml in a working directory (safety.claim).
@@ -90,8 +93,9 @@ class CheckpointStorage(Protocol):
         """Remove what killed writers left (temporaries, checkpoints without a marker)."""
         ...
 
-    def write_note(self, name: str, text: str) -> None:
-        """A small file at the top (the effective config copy), replaced atomically."""
+    def write_note(self, name: str, text: str | bytes) -> None:
+        """A small file at the top (the effective config copy; a TensorBoard event file in an
+        object store), replaced atomically."""
         ...
 
     def read_note(self, name: str) -> str | None:
