@@ -633,6 +633,16 @@ def _validate(cfg: Config) -> None:
     for path, _, item in config_fields():
         section = getattr(cfg, path.split(".")[0])
         _check_setting(path, getattr(section, item.name), item.metadata, section)
+    for key in ("dir", "resume"):
+        value = getattr(cfg.checkpoint, key)
+        if not value.strip():  # it would mean the working directory
+            raise ConfigError(
+                f"config key 'checkpoint.{key}' is empty; set it to a directory that holds only "
+                "checkpoints (e.g. /checkpoints)" + (", or auto" if key == "resume" else "")
+            )
+        problem = storage_rules.object_store_problem(value)
+        if problem:
+            raise ConfigError(f"config key 'checkpoint.{key}': {problem}")
     if cfg.workload.n_embd % cfg.workload.n_head:
         raise ConfigError("config key 'workload.n_embd' must be a multiple of 'workload.n_head'")
 

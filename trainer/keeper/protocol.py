@@ -83,6 +83,17 @@ def link_target_inside(link: str, target: str) -> bool:
     return joined != ".." and not joined.startswith("../") and joined != "."
 
 
+def checkpoint_shaped(rel: str) -> bool:
+    """Whether `rel` lies under a checkpoint's name (`ckpt-N`, or one set aside: `.bad`,
+    `.previous-TIME`): a checkpoint is committed whole, with its COMPLETE marker, and nothing
+    is ever added to it, linked into it or removed from it a file at a time."""
+    top = rel.split("/", 1)[0]
+    found = re.match(r"^ckpt-\d+", top)
+    return found is not None and (
+        top == found.group(0) or bool(ASIDE_SUFFIX.match(top[found.end() :]))
+    )
+
+
 def step_of(name: str) -> int | None:
     found = CHECKPOINT_NAME.match(name)
     return int(found.group(1)) if found else None
@@ -157,6 +168,9 @@ class Upload:
         elif kind == "file":
             if list(files) != [name]:
                 raise DigestError(f"a file upload holds exactly {name!r}")
+            if checkpoint_shaped(name):
+                raise DigestError(f"{name!r} lies in a checkpoint, which is sent whole, never a "
+                                  "file at a time")  # fmt: skip
         else:
             raise DigestError(f"kind {kind!r} is neither unit nor file")
         return cls(kind, name, files, keep)

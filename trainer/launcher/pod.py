@@ -257,7 +257,7 @@ def _train(
     except checkpoint_sync.KeeperError as exc:  # the keeper went away between two rounds
         return Outcome(exit_codes.STORAGE_UNREACHABLE, reason=str(exc))
     except SignalException as exc:  # torch's handlers stay installed between two runs
-        code = 128 + int(exc.sigval)
+        code = exit_codes.for_signal(int(exc.sigval))
         return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
     return outcome
 

@@ -166,6 +166,8 @@ defaultPreemptGrace: 60.0
 storage:
   objectStores:
     s3: S3-compatible object storage (credentials from the pod's env, e.g. --env-from secret:NAME, or its cloud role; the image needs kubeddp[s3])
+  objectStoreUrls:
+    s3: ^s3://[a-z0-9](?:[a-z0-9-]|\.[a-z0-9-]){1,61}[a-z0-9](/(?:[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*|\.[A-Za-z0-9._+=@-]*[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*))*/?$
   podDir: /checkpoints
   volumeDir: ^(/[A-Za-z0-9._@+-]+)+$
   reserved:

@@ -66,6 +66,16 @@ def _seed_of(state: dict[str, Any]) -> int | None:
     return seed if isinstance(seed, int) else None
 
 
+def _none_usable(location: str, bad: list[CheckpointRef]) -> str:
+    names = ", ".join(ref.name for ref in bad[:3]) + (" ..." if len(bad) > 3 else "")
+    return (
+        f"checkpoint.dir {location} holds {len(bad)} checkpoint(s) ({names}) and none could be "
+        "used (each said why above, and is kept as NAME.bad): the run does not start over from "
+        "step 0 on top of them; move a good one back to its name, or set "
+        "checkpoint.resume=never to start afresh"
+    )
+
+
 class CheckpointManager:
     def __init__(
         self,
@@ -328,22 +338,30 @@ class CheckpointManager:
                 return from_memory
         source = self.storage if own else storage_for(c.resume)
         assert source is not None
-        found_at, loaded, unreachable = None, None, None
+        found_at, loaded, unreachable, none_usable = None, None, None, None
         if self.ctx.is_main:
+            bad: list[CheckpointRef] = []
+
+            def on_bad(ref: CheckpointRef) -> None:
+                bad.append(ref)
+                if own and self.claimed:
+                    self._set_aside(ref)
+
             try:
                 found = load_newest_valid(
-                    source,
-                    log=self.log,
-                    check=self._content_problem,
-                    on_bad=self._set_aside if own and self.claimed else None,
+                    source, log=self.log, check=self._content_problem, on_bad=on_bad
                 )
             except StorageUnreachable as exc:
                 found, unreachable = None, str(exc)
             if found:
                 found_at, loaded = (str(found[0].path), found[0].step), found[1]
-        found_at, unreachable = broadcast_object((found_at, unreachable))
+            elif bad and own:
+                none_usable = _none_usable(source.location, bad)
+        found_at, unreachable, none_usable = broadcast_object((found_at, unreachable, none_usable))
         if unreachable:
             raise StorageUnreachable(unreachable)
+        if none_usable:  # never trained over from step 0 without a word
+            raise CheckpointError(none_usable)
         if found_at is None:
             if not own:  # an explicit path that holds nothing is a mistake
                 raise CheckpointError(
