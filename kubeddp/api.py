@@ -49,6 +49,7 @@ class _Registered:
     """The program's registered state (trainer/worker/program_state.py), once registered."""
 
     state: Any = None
+    called = False  # once, even where it did nothing (a plain torchrun) or refused a part
 
 
 def register_state(**state: Any) -> int | None:
@@ -61,9 +62,14 @@ def register_state(**state: Any) -> int | None:
     # torch is imported only by a program that registers state: importing this module stays cheap
     from kubeddp.trainer.worker import program_state
 
-    if _Registered.state is not None:
+    if _Registered.called:
         raise ValueError("register_state() was called already: call it once, with every part")
-    _Registered.state = program_state.register(state)
+    if _REPORTER.last_report is not None:  # a restore now would rewind the program mid-run
+        raise ValueError(
+            "register_state() after report_step(): call it once, before the first step"
+        )
+    _Registered.state = program_state.register(state)  # a refused part: it may be called again
+    _Registered.called = True
     if _Registered.state is None:
         return None
     atexit.register(_Registered.state.close)  # the snapshot in flight is finished

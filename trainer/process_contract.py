@@ -27,6 +27,7 @@ contract, so changing one changes both sides at once.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -34,6 +35,7 @@ import os
 import re
 import secrets
 import signal
+import stat
 import struct
 import tempfile
 import time
@@ -126,6 +128,80 @@ def snapshot_root(checkpoint_dir: str, node: int, env: Mapping[str, str]) -> Pat
     where = checkpoint_dir if "://" in checkpoint_dir else os.path.abspath(checkpoint_dir)
     key = hashlib.sha256(where.encode()).hexdigest()[:12]
     return base / f"kubeddp-snapshots-{os.getuid()}-{key}-node{node}"
+
+
+# The snapshot directory is made 0700 and used only while it is a real directory of this user
+# that no one else may enter: on a shared host /dev/shm is anyone's (as /tmp) and the name can be
+# worked out. The node's writer holds its lock while it runs; launch removes only a free one.
+SNAPSHOT_LOCK = ".lock"  # held by the directory's writer while it runs
+OPEN_NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def snapshot_dir_problem(root: Path, create: bool = False) -> str | None:
+    """Why `root` may not hold this user's snapshots, or None; `create` makes it (0700) when it
+    is missing. A missing one is no problem for a reader (the writer makes it)."""
+    fix = f"remove it, or set {constants.ENV_SNAPSHOT_DIR} to a directory of your own"
+    if not root.is_absolute():
+        return f"{constants.ENV_SNAPSHOT_DIR}={root} is not an absolute path: give the full path"
+    if create:
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(root, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return f"{root} cannot be made ({exc.strerror}): {fix}"
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{root} cannot be read ({exc.strerror}): {fix}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{root} is a symbolic link (snapshots are never written through one): {fix}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{root} is not a directory: {fix}"
+    if st.st_uid != os.geteuid():
+        return (f"{root} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+                f"{fix}")  # fmt: skip
+    if st.st_mode & 0o077:
+        return (f"{root} is open to other users (mode {stat.S_IMODE(st.st_mode):o}): "
+                f"`chmod 700 {root}`, or {fix}")  # fmt: skip
+    return None
+
+
+def take_snapshot_lock(root: Path) -> int | None:
+    """The directory's lock, held (an open descriptor), or None when another process holds it."""
+    fd = os.open(root / SNAPSHOT_LOCK, os.O_RDWR | os.O_CREAT | OPEN_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_snapshot_dir_if_free(root: Path) -> bool:
+    """Remove a snapshot directory no process uses (launch, when no retry will resume from it):
+    only a real directory of this user, and only while no writer holds its lock."""
+    if not os.path.lexists(root) or snapshot_dir_problem(root) is not None:
+        return False
+    try:
+        fd = take_snapshot_lock(root)
+    except OSError:
+        return False
+    if fd is None:
+        return False  # another run's writer: its snapshots are its own
+    try:
+        for entry in os.scandir(root):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)  # slots and links alike: a link is removed, not followed
+        os.rmdir(root)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _release(version: str | None) -> tuple[int, ...] | None:

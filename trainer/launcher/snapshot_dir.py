@@ -1,11 +1,12 @@
 """The node's in-memory snapshots when the run ends: removed when no retry will resume from them
 (the run finished, or failed in a way a retry would repeat); kept after an exit a retry follows
 (preempted, a peer lost, killed), so the next start resumes from memory. A pod's memory volume
-goes with the pod anyway; on a laptop or bare host this is what frees /dev/shm."""
+goes with the pod anyway; on a laptop or bare host this is what frees /dev/shm. Only a directory
+of this user that no other run's writer holds is removed (slots.remove_if_free): a second run
+refused on the same checkpoint.dir leaves the first one's snapshots alone."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 
 from kubeddp.trainer import constants, exit_codes, process_contract
@@ -27,4 +28,4 @@ def remove_when_done(
         own = process_contract.snapshot_root(checkpoint_dir, 0, env)
         roots = sorted(own.parent.glob(own.name.removesuffix("node0") + "node*"))
     for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+        process_contract.remove_snapshot_dir_if_free(root)

@@ -47,6 +47,22 @@ def _check(parts: Mapping[str, Any]) -> None:
             )
 
 
+def _misfit(parts: Mapping[str, Any], state: Mapping[str, Any]) -> str | None:
+    """Why a restored state is not these parts' (a part it lacks, a module whose tensors have
+    other names or shapes), or None. Checked before any part loads it."""
+    for name, part in parts.items():
+        if name not in state:
+            return f"it holds no {name!r}"
+        if isinstance(part, torch.nn.Module):
+            own, theirs = part.state_dict(), state[name]
+            if not isinstance(theirs, Mapping) or set(own) != set(theirs):
+                return f"its {name} has other tensors than this program's"
+            for key, tensor in own.items():
+                if getattr(theirs[key], "shape", None) != tensor.shape:
+                    return f"its {name}.{key} has another shape"
+    return None
+
+
 def _device(parts: Mapping[str, Any]) -> torch.device:
     for part in parts.values():
         if isinstance(part, torch.nn.Module):
@@ -80,12 +96,26 @@ class ProgramState:
             self.taker.start(0)
             return None
         state = restored.state
+        problem = _misfit(self.parts, state)
+        if problem:  # the program changed since (same command, another model): not its state
+            self.taker.set_aside(restored, f"{problem}; the program starts as without it")
+            self.taker.start(0)
+            return None
         for name, part in self.parts.items():
-            if isinstance(part, dict):
-                part.clear()
-                part.update(state[name])
-            else:
-                part.load_state_dict(state[name])
+            try:
+                if isinstance(part, dict):
+                    part.clear()
+                    part.update(state[name])
+                else:
+                    part.load_state_dict(state[name])
+            except Exception as exc:  # noqa: BLE001 - the part's own error, in one line
+                # parts before it hold the snapshot already: the program must not go on
+                self.taker.set_aside(restored, f"{name}.load_state_dict() failed")
+                why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+                raise ProgramStateError(
+                    f"register_state: {name}={type(part).__name__} could not load the in-memory "
+                    f"snapshot of step {restored.step} ({why}); it is set aside: run again"
+                ) from None
         rank, world = _rank_and_world()
         self.rng.load_rank_states(state.get(RNG) or [], rank, world)
         step = int(state[STEP])

@@ -400,8 +400,19 @@ class CheckpointManager:
         restored = self.snapshots.restore(durable, self._run_problem)
         if restored is None:
             return None
+        problem = self._content_problem(restored.state)
+        if problem:  # the same settings, another model (a custom factory changed): not ours
+            self.snapshots.set_aside(restored, f"{problem}; trying the durable checkpoints")
+            return None
         ref = CheckpointRef(restored.source, restored.step, None)
-        resumed = self._load(restored.state, ref)
+        try:
+            resumed = self._load(restored.state, ref)
+        except CheckpointError as exc:  # some parts may hold it already: never trained on
+            self.snapshots.set_aside(restored, "it could not be restored")
+            raise CheckpointError(
+                f"{exc}; the in-memory snapshot is set aside: run again, and the run resumes "
+                "from the newest durable checkpoint"
+            ) from None
         self._apart_pending = False
         return resumed
 

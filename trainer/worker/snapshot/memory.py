@@ -76,3 +76,13 @@ def space_problem(path: Path, nbytes: int, cgroup: Path = CGROUP) -> str | None:
             "of margin: raise the memory limit (kubeddp render counts the snapshots in it)"
         )
     return None
+
+
+def room(path: Path, cgroup: Path = CGROUP) -> int:
+    """Bytes one more snapshot may take in `path` (space_problem's rule, as a number)."""
+    free = volume_free(path)
+    headroom = cgroup_headroom(cgroup)
+    if headroom is None:
+        return free
+    left, limit = headroom
+    return max(min(free, left - max(int(limit * MARGIN_FRACTION), MIN_MARGIN_BYTES)), 0)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from kubeddp.trainer import fault_points
 from kubeddp.trainer.worker.distributed import gather_objects
-from kubeddp.trainer.worker.snapshot import flatten
+from kubeddp.trainer.worker.snapshot import flatten, memory
 from kubeddp.trainer.worker.snapshot.slots import Held, SnapshotDir, size_text
 
 CHUNK_BYTES = 64 << 20  # sent a piece at a time: bounded device memory on NCCL
@@ -36,6 +36,9 @@ class Offer:
     pod: str
     key: tuple[int, str] | None  # (step, digest) of its pod's newest usable snapshot
     durable_step: int | None  # rank 0: the newest durable checkpoint it lists
+    trouble: str | None = None  # why this rank cannot use its pod's snapshots
+    nbytes: int = 0  # the size of the snapshot `key` names
+    room: int | None = None  # a writer: the bytes a snapshot it receives may take
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Restored:
     step: int
     source: str  # memory://POD/rank-R: the memory of rank R, on pod POD
     received: bool  # this pod's memory had it not: a peer sent it
+    key: tuple[int, str] = (0, "")  # its step and digest: which of a pod's slots holds it
 
 
 class SnapshotTransferError(RuntimeError):
@@ -70,22 +74,38 @@ def agree(
     run_problem: Callable[[dict[str, Any]], str | None],
     device: torch.device,
     log: Callable[[str], None],
-) -> Restored | None:
+    trouble: str | None = None,
+) -> tuple[Restored | None, str | None]:
     """Collective: the newest state any rank holds, loaded on every rank from its pod's
-    memory; None when a durable checkpoint is newer or no rank holds a snapshot."""
+    memory; None when a durable checkpoint is newer or no rank holds a snapshot. Beside it, the
+    trouble a rank reported (its directory unusable, a pod that cannot hold the newest one):
+    then no rank restores from memory and snapshots are off for the run."""
     rank = dist.get_rank() if dist.is_initialized() else 0
-    mine = usable_here(directory, run_problem, log) if writer else None
-    offer = Offer(rank, writer, socket.gethostname(), mine.key if mine else None, durable_step)
+    mine = usable_here(directory, run_problem, log) if writer and not trouble else None
+    room = memory.room(directory.root) if writer and not trouble else None
+    offer = Offer(rank, writer, socket.gethostname(), mine.key if mine else None, durable_step,
+                  trouble, mine.nbytes if mine else 0, room)  # fmt: skip
     offers: list[Offer] = gather_objects(offer)
+    trouble = next((o.trouble for o in offers if o.trouble), None)
+    if trouble:
+        return None, trouble
     durable = offers[0].durable_step
     keys = [o.key for o in offers if o.key is not None]
     if not keys:
-        return None
+        return None, None
     best = max(keys)
     if durable is not None and durable > best[0]:
-        return None
+        return None, None
     source = min(o.rank for o in offers if o.key == best)
+    nbytes = next(o.nbytes for o in offers if o.rank == source)
     needy = [o.rank for o in offers if o.writer and o.key != best]
+    short = next((o for o in offers if o.rank in needy and (o.room or 0) < nbytes), None)
+    if short is not None:  # it would fail midway, its peers waiting on it: none receives
+        return None, (
+            f"the pod of rank {short.rank} ({short.pod}) has {(short.room or 0) / 2**20:.0f} "
+            f"MiB free for a snapshot of {nbytes / 2**20:.0f} MiB: give /dev/shm and the "
+            "memory limit more room (the chart's memorySnapshots.size)"
+        )
     if needy:
         _send(directory, mine, best, source, needy, rank, device)
     if dist.is_initialized():
@@ -94,7 +114,9 @@ def agree(
     if held is None:
         raise SnapshotTransferError(f"the snapshot of step {best[0]} is not in {directory.root}")
     pod = next(o.pod for o in offers if o.rank == source)
-    return Restored(load(directory, held), best[0], memory_source(pod, source), rank in needy)
+    restored = Restored(load(directory, held), best[0], memory_source(pod, source), rank in needy,
+                        best)  # fmt: skip
+    return restored, None
 
 
 def memory_source(pod: str, rank: int) -> str:

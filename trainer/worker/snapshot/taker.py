@@ -28,12 +28,14 @@ import torch.distributed as dist
 
 from kubeddp.trainer import process_contract
 from kubeddp.trainer.config import CheckpointConfig
+from kubeddp.trainer.process_contract import snapshot_dir_problem
 from kubeddp.trainer.worker.distributed import gather_objects
 from kubeddp.trainer.worker.snapshot import flatten, memory
 from kubeddp.trainer.worker.snapshot.restore import Restored, agree
 from kubeddp.trainer.worker.snapshot.slots import (
     Held,
     Slot,
+    SnapshotContentError,
     SnapshotDir,
     SnapshotSpaceError,
     size_text,
@@ -78,10 +80,16 @@ class SnapshotTaker:
         self.log = log
         self.on_published = on_published
         self.run = dict(run or {})
+        # On while every rank says so: a rank's trouble (a directory it may not use, no room)
+        # is gathered at the next agreement and turns them off on all ranks at the same step
         self.enabled = True
+        self.trouble: str | None = None
         self.next_step: int | None = None
+        self.trouble = self.directory.claim() if writer else snapshot_dir_problem(root)
         # this pod's newest published snapshot: the next one goes to the other slot
-        self.newest: Held | None = next(iter(self.directory.held()), None) if writer else None
+        self.newest: Held | None = None
+        if writer and self.trouble is None:
+            self.newest = next(iter(self.directory.held()), None)
         self._pool = ThreadPoolExecutor(1, "kubeddp-snapshot") if writer else None
         self._job: Future | None = None
         self._copied = threading.Event()
@@ -103,17 +111,31 @@ class SnapshotTaker:
         self, durable_step: int | None, run_problem: Callable[[dict[str, Any]], str | None]
     ) -> Restored | None:
         """Collective: the newest state any rank holds (restore.agree), or None."""
-        restored = agree(self.directory, self.is_writer, durable_step, run_problem,
-                         self.device, self.log)  # fmt: skip
+        restored, trouble = agree(self.directory, self.is_writer, durable_step, run_problem,
+                                  self.device, self.log, self.trouble)  # fmt: skip
+        if trouble:
+            self._off(trouble)
         if restored is not None and self.is_writer:
-            self.newest = next((h for h in self.directory.held() if h.step == restored.step), None)
+            # by step and digest: a pod may hold the same step twice, its own bytes and a peer's
+            self.newest = next((h for h in self.directory.held() if h.key == restored.key), None)
         return restored
 
     def forget(self) -> None:
         """A run that starts afresh (checkpoint.resume=never): the snapshots of the one before
         are no one's now."""
-        if self.is_writer:
+        if self.is_writer and self.trouble is None:
             self.directory.clear()
+
+    def set_aside(self, restored: Restored, why: str) -> None:
+        """The state every rank restored does not fit this program: each pod's writer sets its
+        copy aside, so no start reads it again (the line says why, on rank 0)."""
+        if self.is_writer:
+            held = self.directory.held()
+            for h in held:
+                if h.key == restored.key:
+                    self.directory.set_aside(h.index, why, quiet=True)
+            self.newest = next(iter(self.directory.held()), None)
+        self.log(f"[kubeddp] in-memory snapshot of step {restored.step} set aside: {why}")
 
     # ---- cadence -------------------------------------------------------------------------
     def start(self, step: int) -> None:
@@ -170,11 +192,12 @@ class SnapshotTaker:
         self.wait()
         proposal = self._proposal()
         self._take_cpu = self._gate_wait = self._background_cpu = 0.0
-        gathered = gather_objects((own_parts, proposal, self.enabled), self.group)
+        gathered = gather_objects((own_parts, proposal, self.trouble), self.group)
         self.every = self.fixed_every or max(proposal for _, proposal, _ in gathered)
         self.next_step = step + self.every
-        if not all(enabled for _, _, enabled in gathered):
-            self.enabled = False  # a pod that cannot hold them: no rank waits for snapshots
+        trouble = next((t for _, _, t in gathered if t), None)
+        if trouble:
+            self._off(trouble)  # a pod that cannot hold them: no rank waits for snapshots
         if self.is_writer and self.enabled:
             full = state()
             for name in own_parts:
@@ -264,8 +287,11 @@ class SnapshotTaker:
             self._copied.set()
             del tensors
             self.newest = self.directory.publish(slot, nbytes, meta)
-        except OSError as exc:
+        except (OSError, SnapshotSpaceError) as exc:
             self._give_up(f"{type(exc).__name__}: {exc}")
+            return
+        except SnapshotContentError as exc:
+            self._give_up(f"the state holds what a snapshot cannot keep ({exc})")
             return
         finally:
             self._copied.set()
@@ -280,6 +306,12 @@ class SnapshotTaker:
             self.on_published(Published(meta["step"], nbytes, seconds, self.every, time.time()))
 
     def _give_up(self, why: str) -> None:
+        """This rank cannot take part (the others learn it at the next agreement)."""
+        if self.trouble is None:
+            self.trouble = why
+
+    def _off(self, why: str) -> None:
+        """All ranks agreed: no more snapshots in this run (one line, where the log prints)."""
         if self.enabled:
             self.log(f"[kubeddp] in-memory snapshots off for this run: {why}")
         self.enabled = False
