@@ -40,6 +40,9 @@ from kubeddp.trainer.common import one_line
 from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.launcher import scratch
 
+# Imported in functions: http.client and ssl (6 modules), only on a TrainJob whose status is posted:
+# `kubeddp train --help` imports this module.
+
 # trainjobstatus.go envNameStatusURL / envNameCACert / envNameToken
 ENV_URL = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"

@@ -29,6 +29,8 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     reason,
 )
 
+# Imported in functions: boto3 and botocore, the `s3` extra: optional.
+
 # Bucket names as S3 allows them (3-63 characters, lower case, digits, dots, hyphens).
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PROBE = ".kubeddp-probe"
