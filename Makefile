@@ -49,7 +49,7 @@ test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$e2e_tmp/t tests/e2e \
 	  >$$e2e_tmp/log 2>&1 & e2e=$$!; \
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
-	  -m "not alone" tests/emulation tests/integration tests/unit tests/lint; first=$$?; \
+	  --durations=30 -m "not alone" tests/emulation tests/integration tests/unit tests/lint; first=$$?; \
 	wait $$e2e; docker=$$?; echo "--- tests/e2e (ran beside part one):"; cat $$e2e_tmp/log; \
 	rm -rf $$e2e_tmp; \
 	$(BIN)/python -m pytest -q -m alone tests/emulation tests/integration; rest=$$?; \

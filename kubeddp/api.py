@@ -13,6 +13,13 @@
   whose controller offers Kubeflow Trainer's status endpoint, rank 0's calls also fill the
   TrainJob's status.trainerStatus: step, total_steps (percentage, remaining time), epochs,
   loss and `metrics` ({name: number or short string}, e.g. eval_loss).
+- `register_state(**state)`: once, on every rank, after init_process_group and before the first
+  step: the objects that make up the training state (anything with state_dict() and
+  load_state_dict(): model, optimizer, LR scheduler, GradScaler; or a dict of your own counters,
+  restored in place). kubeddp keeps a snapshot of them in each pod's memory every few steps
+  (report_step takes it) and returns the step of the newest snapshot any rank holds, loaded
+  into them, or None when none does (then load your own checkpoint as before). A pod lost and
+  recreated gets the state from a peer over the process group, not from storage.
 - `stop_requested()`: True once SIGTERM reached this worker (preemption, node drain, `docker
   stop`); save a snapshot and `sys.exit(EXIT_PREEMPTED)`. A program that polls it gets
   `checkpoint.preempt_grace_seconds`; one that never does is ended at once on SIGTERM.
@@ -40,7 +47,32 @@ from kubeddp.trainer.worker import stop_signal
 # needs (up to 80 modules more), so that `import kubeddp.api` stays cheap in a user's script, also
 # under a plain torchrun.
 
-__all__ = ["EXIT_PREEMPTED", "report_step", "stop_requested"]
+__all__ = ["EXIT_PREEMPTED", "register_state", "report_step", "stop_requested"]
+
+
+class _Registered:
+    """The program's registered state (trainer/worker/program_state.py), once registered."""
+
+    state: Any = None
+
+
+def register_state(**state: Any) -> int | None:
+    """Keep `state` (name=object pairs) in each pod's memory, taken as report_step is called;
+    return the step of the newest snapshot any rank holds, loaded into the objects, or None.
+
+    Collective: every rank calls it once, with the same names, after init_process_group and
+    before the first step. Outside kubeddp launch (a plain torchrun) it does nothing and
+    returns None. A name that cannot be kept raises ValueError, in one line."""
+    # torch is imported only by a program that registers state: importing this module stays cheap
+    from kubeddp.trainer.worker import program_state
+
+    if _Registered.state is not None:
+        raise ValueError("register_state() was called already: call it once, with every part")
+    _Registered.state = program_state.register(state)
+    if _Registered.state is None:
+        return None
+    atexit.register(_Registered.state.close)  # the snapshot in flight is finished
+    return _Registered.state.restore()
 
 
 def stop_requested() -> bool:
@@ -329,10 +361,14 @@ def report_step(
     except Exception as exc:  # noqa: BLE001 - metrics are never worth the user's run
         _warn_once(f"kubeddp.api.report_step could not record step {checked[0]} "
                    f"({type(exc).__name__}: {exc})")  # fmt: skip
+    if _Registered.state is not None:  # a collective at snapshot steps: errors are the run's
+        _Registered.state.after_step(checked[0])
 
 
 def _flush() -> None:
     """Write what is buffered (the runner calls this before a forced exit)."""
+    if _Registered.state is not None:
+        _Registered.state.close()
     if _REPORTER.metrics is not None:
         _REPORTER.metrics.flush()
     if _StatusFeed.feed is not None:

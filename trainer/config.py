@@ -292,6 +292,25 @@ class CheckpointConfig:
         minimum=0,
         maximum=MAX_COUNT,
     )
+    every_seconds: float = setting(
+        1800.0,
+        "also save once this many seconds of training passed since the last save, so losing "
+        "every pod at once (job deleted, cluster outage) loses at most this much; 0 = off",
+        minimum=0.0,
+        maximum=ONE_WEEK_SECONDS,
+    )
+    memory_snapshots: bool = setting(
+        True,
+        "keep the newest training state in each pod's memory (/dev/shm) as well: a lost pod "
+        "resumes from a peer's copy, not from storage (docs/checkpoints.md)",
+    )
+    memory_every_steps: int = setting(
+        0,
+        "steps between in-memory snapshots; 0 = as often as keeps their cost under 1% of "
+        "the training time (measured)",
+        minimum=0,
+        maximum=MAX_COUNT,
+    )
     keep: int = setting(3, "newest checkpoints kept", minimum=1, maximum=MAX_COUNT)
     async_save: bool = setting(True, "write in a background thread while training continues")
     resume: str = setting(
@@ -613,6 +632,16 @@ def _validate(cfg: Config) -> None:
     for path, _, item in config_fields():
         section = getattr(cfg, path.split(".")[0])
         _check_setting(path, getattr(section, item.name), item.metadata, section)
+    for key in ("dir", "resume"):
+        value = getattr(cfg.checkpoint, key)
+        if not value.strip():  # it would mean the working directory
+            raise ConfigError(
+                f"config key 'checkpoint.{key}' is empty; set it to a directory that holds only "
+                "checkpoints (e.g. /checkpoints)" + (", or auto" if key == "resume" else "")
+            )
+        problem = storage_rules.object_store_problem(value)
+        if problem:
+            raise ConfigError(f"config key 'checkpoint.{key}': {problem}")
     if cfg.workload.n_embd % cfg.workload.n_head:
         raise ConfigError("config key 'workload.n_embd' must be a multiple of 'workload.n_head'")
 

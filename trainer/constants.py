@@ -27,6 +27,7 @@ SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/induct
 # diagnostics. launch refuses --set of any other key, the chart refuses those config values.
 PROGRAM_CONFIG_KEYS = (
     "metrics", "checkpoint.preempt_grace_seconds", "checkpoint.readers", "retries", "diagnostics",
+    "checkpoint.memory_snapshots", "checkpoint.memory_every_steps",
 )  # fmt: skip
 
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
@@ -86,6 +87,12 @@ ENV_PROGRAM_IN_CHECKPOINT_DIR = "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR"
 # How often launch posts a TrainJob's progress to Kubeflow Trainer (seconds; Trainer asks
 # for >= 5): trainer/launcher/trainjob_status.py
 ENV_TRAINER_STATUS_SECONDS = "KUBEDDP_TRAINER_STATUS_SECONDS"
+# Where a node keeps its in-memory snapshots of the training state (trainer/worker/snapshot/):
+# every manifest names the pod's, on its memory-backed /dev/shm volume (an emptyDir that lives
+# as long as the pod); elsewhere it is one per checkpoint.dir and node on the host's /dev/shm
+# (process_contract.snapshot_root).
+ENV_SNAPSHOT_DIR = "KUBEDDP_SNAPSHOT_DIR"
+POD_SNAPSHOT_DIR = "/dev/shm/kubeddp-snapshots"
 # The KUBEDDP_* variables a user may set in a pod's env; every other KUBEDDP_* name is
 # kubeddp's own (the chart's schema reserves them: tools/manifests/patterns.py RESERVED_ENV_NAME).
 USER_ENV_SETTINGS = (

@@ -11,6 +11,7 @@ code of 128 or more, retried and resumed from the newest checkpoint.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 RETRYABLE_FROM = 128  # PyTorchJob ExitCode: codes >= 128 are retried
@@ -46,6 +47,7 @@ PEER_FAILED = 201
 STORAGE_UNREACHABLE = 202
 STALLED = 203
 CHECKPOINT_NOT_KEPT = 204
+CRASHED = 205
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "both", "finished; the CLI command did what was asked", "nothing"),
@@ -172,6 +174,18 @@ TABLE: tuple[ExitCode, ...] = (
         "retried: the next pod resumes from the keeper's newest checkpoint and trains the rest; "
         "if it repeats, check the keeper pod <job>-keeper and the free space of its claim",
     ),
+    ExitCode(
+        CRASHED,
+        "crashed",
+        "training",
+        "a worker or launch itself was ended by a signal no other row names (SIGABRT, SIGSEGV, "
+        "SIGBUS, SIGFPE, SIGILL: a crash in native code or a library's abort; SIGHUP, SIGQUIT "
+        "sent from outside), or a program ended with a code of 128 or more this table does not "
+        "name; the log names the signal or the code, and the rank",
+        "retried until `retries.without_progress` restarts made no progress; if it repeats, "
+        "the signal and rank in the log say where (a library's abort prints its reason just "
+        "before)",
+    ),
 )
 BY_CODE = {entry.code: entry for entry in TABLE}
 # What every other pod of a job ends with when one pod is preempted or lost: the stop vote makes
@@ -180,6 +194,21 @@ BY_CODE = {entry.code: entry for entry in TABLE}
 # these (the preempted pod itself carries the DisruptionTarget condition), so one preemption
 # does not use up backoffLimit; the pod's own failures (KILLED, a crash) still count.
 CASCADE = (PREEMPTED, RDZV_UNREACHABLE, PEER_FAILED)
+
+
+# The signals the table names by their own row; every other one ends as CRASHED.
+SIGNAL_CODES = {signal.SIGINT: INTERRUPTED, signal.SIGKILL: KILLED, signal.SIGTERM: PREEMPTED}
+
+
+def for_signal(signum: int) -> int:
+    """The code of a process ended by signal `signum` (a shell would show 128 + N)."""
+    return SIGNAL_CODES.get(signum, CRASHED)
+
+
+def documented(code: int) -> int:
+    """`code` as the table names it: a code of 128 or more that the table lacks (a program's
+    own, or a signal's 128 + N) is CRASHED; below 128 a program's own code is its own."""
+    return code if code in BY_CODE or 0 <= code < RETRYABLE_FROM else CRASHED
 
 
 def describe(code: int) -> str:

@@ -27,6 +27,7 @@ contract, so changing one changes both sides at once.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -34,11 +35,14 @@ import re
 import secrets
 import signal
 import struct
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kubeddp.trainer import constants
 
 if TYPE_CHECKING:
     from kubeddp.trainer.config import Config
@@ -71,9 +75,57 @@ FR_BUFFER_DEFAULT = "2000"
 # (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.
 ENV_SAFE_PATH = "PYTHONSAFEPATH"
 ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
+# "1": this pod's workers start again after a peer was lost (launch rejoined the rendezvous):
+# network.check=auto leaves the check out when any rank's pod rejoined (worker/network.py)
+ENV_REJOINED = "KUBEDDP_REJOINED"
 # Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
 # programs are found there, as `python -m` finds them in the working directory)
 ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
+
+
+# ---- In-memory snapshots -----------------------------------------------------------------
+# The workers of a node keep the newest training state in one directory on memory (its writer
+# is local rank 0: worker/snapshot/); launch removes it when a run ends that no retry will
+# resume (trainer/launcher/snapshot_dir.py).
+HOST_SHM = Path("/dev/shm")
+
+
+# Rank 0 notes each in-memory snapshot here (at most once a minute), under checkpoint.dir: the
+# retry budget counts it as progress (launcher/retry_budget.py), as it counts a new checkpoint,
+# and behind a keeper the note travels with the budget's records to every pod
+PROGRESS_NOTE = ".kubeddp-retries/_progress.json"
+PROGRESS_NOTE_SECONDS = 60.0
+
+
+def note_progress(checkpoint_dir: str, step: int) -> None:
+    """Rank 0: training has advanced to `step` (best effort: the budget is not worth a run)."""
+    path = Path(checkpoint_dir) / PROGRESS_NOTE
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(".tmp")
+        temp.write_text(json.dumps({"step": step, "time": time.time()}))
+        os.replace(temp, path)
+
+
+def progress_noted(checkpoint_dir: str) -> int:
+    """The note's st_mtime_ns, 0 when there is none."""
+    try:
+        return (Path(checkpoint_dir) / PROGRESS_NOTE).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def snapshot_root(checkpoint_dir: str, node: int, env: Mapping[str, str]) -> Path:
+    """This node's snapshot directory: the one the manifest names (the pod's own memory
+    volume), else one per user, checkpoint.dir and node on the host's /dev/shm (a temporary
+    directory where the host has none), so two runs or two nodes on one host never share."""
+    named = env.get(constants.ENV_SNAPSHOT_DIR)
+    if named:
+        return Path(named)
+    base = HOST_SHM if HOST_SHM.is_dir() else Path(tempfile.gettempdir())
+    where = checkpoint_dir if "://" in checkpoint_dir else os.path.abspath(checkpoint_dir)
+    key = hashlib.sha256(where.encode()).hexdigest()[:12]
+    return base / f"kubeddp-snapshots-{os.getuid()}-{key}-node{node}"
 
 
 def _release(version: str | None) -> tuple[int, ...] | None:

@@ -21,6 +21,7 @@ tests/unit/test_storage_rules.py changes a rule here and sees the chart and the 
 from __future__ import annotations
 
 import posixpath
+import re
 
 from kubeddp.trainer import constants
 
@@ -36,6 +37,15 @@ OBJECT_STORES: dict[str, tuple[str, str]] = {
         "S3-compatible object storage (credentials from the pod's env, e.g. --env-from "
         "secret:NAME, or its cloud role; the image needs kubeddp[s3])",
     ),
+}
+# What a URL of each object store may be (RE2 and Python alike, so the chart and the backend
+# refuse the same ones): a bucket as S3 names them, then a prefix of plain parts. A part that is
+# empty, `.` or `..` is refused: S3 keys are literal, but many S3-compatible servers and proxies
+# normalise such a path and would put the checkpoints outside the prefix (`s3://b/../x`).
+_CHAR, _NOT_DOT = r"[A-Za-z0-9._+=@-]", r"[A-Za-z0-9_+=@-]"
+_PART = rf"(?:{_NOT_DOT}{_CHAR}*|\.{_CHAR}*{_NOT_DOT}{_CHAR}*)"  # any part but "." and ".."
+OBJECT_STORE_URLS: dict[str, str] = {
+    "s3": rf"^s3://[a-z0-9](?:[a-z0-9-]|\.[a-z0-9-]){{1,61}}[a-z0-9](/{_PART})*/?$",
 }
 POD_DIR = constants.CHECKPOINT_DIR  # checkpoint.dir in a pod unless set
 # checkpoint.dir on a volume: absolute and clean, as the volume is mounted exactly there (RE2)
@@ -60,6 +70,18 @@ def object_store(location: str) -> str:
     return scheme.lower() if colon and scheme.lower() in OBJECT_STORES else ""
 
 
+def object_store_problem(location: str) -> str | None:
+    """Why `location`, which names an object store, is not a URL of it (None: it is one)."""
+    scheme = object_store(location)
+    if not scheme or re.match(OBJECT_STORE_URLS[scheme], location):
+        return None
+    return (
+        f"{location!r} is not a valid {scheme}:// URL; write {scheme}://BUCKET/PREFIX (bucket: "
+        "3-63 lower-case letters, digits, dots or hyphens; the prefix: parts of letters, digits "
+        "and ._+=@-, none empty, `.` or `..`, which would put checkpoints outside the prefix)"
+    )
+
+
 def is_directory(location: str) -> bool:
     """Whether checkpoints at `location` are files in a directory (kubeddp's own records can
     go beside them), not objects in a store."""
@@ -70,6 +92,7 @@ def constants_for_chart() -> dict:
     """The rules as the chart reads them (`storage` in templates/_constants.tpl)."""
     return {
         "objectStores": {scheme: what for scheme, (_, what) in OBJECT_STORES.items()},
+        "objectStoreUrls": dict(OBJECT_STORE_URLS),
         "podDir": POD_DIR,
         "volumeDir": VOLUME_DIR,
         "reserved": list(RESERVED),

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import torch
 
-from tests.bench import bench_comm, bench_keeper, bench_multinode, bench_trainer, bench_tuning, gpu
+from tests.bench import (
+    bench_comm,
+    bench_keeper,
+    bench_lost_pod,
+    bench_multinode,
+    bench_trainer,
+    bench_tuning,
+    gpu,
+)
 from tests.bench.bench_trainer import CharLM, safely
 from tests.bench.common import REPO_ROOT, Row, not_measured
 from tests.bench.report import write_report
@@ -32,6 +40,7 @@ SECTIONS = (
     "gpu",
     "checkpoint",
     "keeper",
+    "recovery",
     "metrics",
 )
 
@@ -63,6 +72,10 @@ class Sizes:
     keeper_sizes_mib: tuple[int, ...] = (1024, 4096)  # against a TCP copy (bench_keeper.py)
     keeper_reps: int = 2
     keeper_pods_mib: int = 256
+    recovery_model: CharLM = CharLM(n_layer=2, n_embd=128, batch_size=32)  # the demo's model
+    recovery_kill_steps: tuple[int, int] = (40, 90)  # a random step in epoch 0 (220 steps)
+    snapshot_steps: int = 120
+    snapshot_reps: int = 7
 
 
 SMALL = CharLM(n_layer=2, n_embd=64, batch_size=16)
@@ -118,6 +131,8 @@ MODES = {
         keeper_sizes_mib=(256, 1024),
         keeper_reps=1,
         keeper_pods_mib=128,
+        recovery_kill_steps=(20, 40),
+        snapshot_steps=40,
     ),
     "tiny": Sizes(
         overhead_model=TINY,
@@ -143,6 +158,10 @@ MODES = {
         keeper_sizes_mib=(16,),
         keeper_reps=1,
         keeper_pods_mib=4,
+        recovery_model=TINY,
+        recovery_kill_steps=(6, 8),
+        snapshot_steps=12,
+        snapshot_reps=1,
     ),
 }
 
@@ -320,6 +339,27 @@ def run_all(mode: str, sections: tuple[str, ...], work: Path, log) -> list[Row]:
             "tests.bench.bench_checkpoint",
             ["bench_checkpoint_stall", "bench_recovery"],
             tiny,
+        )
+    if "recovery" in sections:
+        log("recovery: a pod or a worker SIGKILLed mid-epoch, today's defaults and every default")
+        rows += safely(
+            "recovery",
+            "a lost pod or worker",
+            bench_lost_pod.bench_recovery,
+            work / "recovery",
+            s.recovery_model,
+            s.recovery_kill_steps,
+            s.timeout,
+        )
+        rows += safely(
+            "recovery",
+            "in-memory snapshots' cost",
+            bench_lost_pod.bench_snapshot_cost,
+            work,
+            s.recovery_model,
+            s.snapshot_steps,
+            s.snapshot_reps,
+            s.timeout,
         )
     if "keeper" in sections:
         log(f"keeper: push and fetch of {s.keeper_sizes_mib} MiB against a TCP copy, 8 pods")

@@ -14,8 +14,9 @@ init container runs (and must succeed) before the main container.
 
 Deviations from a real cluster, each on purpose:
 - processes run on the host's filesystem as root, not in the image: volume mount paths
-  (/etc/kubeddp, /checkpoints, /tmp) are mapped to per-job directories and every argument or
-  ConfigMap value naming such a path is rewritten to the host directory;
+  (/etc/kubeddp, /checkpoints, /tmp, /dev/shm) are mapped to per-job directories and every
+  argument, env or ConfigMap value naming such a path is rewritten to the host directory (the
+  workers' own shared memory still uses the host's /dev/shm);
 - the image ENTRYPOINT (`tini -- kubeddp launch`) is `kubeddp launch` from this venv;
 - init-pytorch's `nslookup` loop runs as the same loop over `getent hosts` (names resolve
   through the hosts file here); other init containers are not emulated;
@@ -394,8 +395,9 @@ class EmulatedCluster:
         by_name = {v["name"]: v for v in run.plan.volumes}
         mounts: dict[str, Path] = dict(self.image_files)
         for mount in run.plan.container.get("volumeMounts", []):
-            if mount["mountPath"] == "/dev/shm":
-                continue  # the host's /dev/shm serves
+            # /dev/shm too: the host's serves the workers' shared memory (shm_open), and a path
+            # under it named in the env (the in-memory snapshots) is the pod's own emptyDir,
+            # gone when the pod is recreated, kept when its container restarts in place
             mounts[mount["mountPath"].rstrip("/")] = self._volume_dir(run, by_name[mount["name"]])
         return mounts
 

@@ -49,6 +49,9 @@ EXACTLY_ONCE = [
     "--set", "train.eval_batches=2",
     "--set", "train.record_sample_ids=true",
     "--set", "checkpoint.every_steps=5",
+    # a snapshot in each pod's memory every step: never older than the newest checkpoint, so a
+    # lost pod's job resumes from a peer's memory (the auto interval depends on the machine)
+    "--set", "checkpoint.memory_every_steps=1",
     "--set", "ddp.backend=gloo",
     "--set", "ddp.device=cpu",
 ]  # fmt: skip
@@ -128,8 +131,9 @@ def test_pytorchjob_survives_a_sigkilled_worker_and_trains_each_sample_once(
     """The default PyTorchJob (3 Workers, ExitCode, checkpoints on a claim) in a namespace that
     enforces Pod Security `restricted`: a node dies under worker-1 (SIGKILL, 137), the peers'
     collectives fail (PEER_FAILED, 201) but their pods stay up and rejoin the rendezvous; the
-    operator recreates worker-1 alone (not counted against backoffLimit 1), and training
-    resumes from the claim with each sample of each epoch trained exactly once."""
+    operator recreates worker-1 alone (not counted against backoffLimit 1), with an empty
+    /dev/shm: it gets the state from a peer's memory (no checkpoint is read) and training goes on
+    with each sample of each epoch trained exactly once."""
     # The kill comes while the job trains, not after its 76 steps (a few seconds bare).
     plan = render("pytorchjob", "--name", "pk", "--nodes", "3", "--nproc-per-node", "1",
                   "--backoff-limit", "1", *EXACTLY_ONCE, *slow_steps(150))  # fmt: skip
@@ -150,8 +154,11 @@ def test_pytorchjob_survives_a_sigkilled_worker_and_trains_each_sample_once(
         assert "stays up and rejoins the rendezvous" in cluster.logs(peer), cluster.log_tails()
         assert len(cluster.created_at[peer]) == 1
     assert "rendezvous: pytorchjob-workers, nodes 3" in cluster.logs("pk-worker-2")
-    resumed = re.findall(r"resumed from \S+ \(step (\d+)", cluster.all_logs())
+    resumed = re.findall(
+        r"resumed from memory://pk-worker-\d/rank-\d \(step (\d+)", cluster.all_logs()
+    )
     assert resumed and int(resumed[-1]) > 0, cluster.log_tails()
+    assert "received it from rank" in cluster.logs("pk-worker-1"), cluster.log_tails()
     ck.assert_each_sample_once(ck.newest_state(cluster.volume("pvc-")), TRAIN_ROWS, 2)
     assert_trained(cluster, world_size=3)
 

@@ -302,6 +302,35 @@ def option_rows() -> list[Row]:
     rows.append(Row("fabric-without-resource", (*RENDER, "--fabric", "infiniband"), BAD_INPUT,
                     ("--fabric", "network.deviceResource", "rdma/ib")))  # fmt: skip
     rows.append(Row("unknown-command-option", ("status",), 2, ("NAME",)))
+    # the fabric's device resource may not be the GPU resource: 8 GPUs rendered as 1
+    rows.append(Row("fabric-resource-is-the-gpu", (*RENDER, "--fabric", "infiniband",
+                    "--fabric-resource", "nvidia.com/gpu", "--gpus-per-node", "8"), BAD_INPUT,
+                    ("--fabric-resource", "nvidia.com/gpu", "GPU resource")))  # fmt: skip
+    # an object-store URL that climbs out of its bucket or prefix, wherever it is given
+    for url in ("s3://b/../x", "s3://bucket/run/../../other", "s3://bucket//x", "s3://bucket/./x"):
+        for key in ("dir", "resume"):
+            rows.append(
+                Row(
+                    f"render-checkpoint-{key}-{url}",
+                    (*RENDER, "--set", f"checkpoint.{key}={url}"),
+                    BAD_INPUT,
+                    (f"checkpoint.{key}", url),
+                )
+            )
+        rows.append(
+            Row(
+                f"launch-dry-run-checkpoint-dir-{url}",
+                ("launch", "--dry-run", "--", "--set", f"checkpoint.dir={url}"),
+                BAD_INPUT,
+                ("checkpoint.dir",),
+            )
+        )
+    # a dry run refuses what the real start refuses: unknown keys, wrong values
+    for setting in ("train.nope=1", "nope.x=1", "train.lr=fast"):
+        rows.append(Row(f"launch-dry-run-config-{setting}", ("launch", "--dry-run", "--",
+                        "--set", setting), BAD_INPUT, (setting.split(".")[0],)))  # fmt: skip
+        rows.append(Row(f"train-dry-run-config-{setting}", ("train", "--dry-run", "--set",
+                        setting), BAD_INPUT, (setting.split(".")[0],)))  # fmt: skip
     return rows
 
 

@@ -171,6 +171,12 @@ SCHEMA_REJECTS = {
 
 FAIL_RULES = {
     # case: (values, release name, pattern of the message)
+    "snapshot size below the state": (
+        {"memorySnapshots": {"size": "1Mi"}},
+        "demo",
+        r"`memorySnapshots.size` 1Mi cannot hold one snapshot of the training state its config "
+        r"describes \(\d+Mi",
+    ),
     "time limit of no time": (
         {"timeLimit": "0h0m"},
         "demo",
@@ -388,8 +394,8 @@ FAIL_RULES = {
     "an object store's scheme without its //": (
         {"config": {"checkpoint": {"dir": "S3:/bkt/run"}}},
         "demo",
-        r'`config.checkpoint.dir` "S3:/bkt/run" names object storage \(s3\) but does not start '
-        r"with s3://: write s3://BUCKET/PREFIX",
+        r'`config.checkpoint.dir` "S3:/bkt/run" names object storage \(s3\) but is not a valid '
+        r"s3:// URL: write s3://BUCKET/PREFIX",
     ),
     "a claim setting with s3 checkpoints": (
         {"config": {"checkpoint": {"dir": "s3://bkt/run"}}, "checkpoints": {"size": "5Gi"}},
@@ -401,7 +407,27 @@ FAIL_RULES = {
         "demo",
         r"`monitoring.dashboard.labels` is set but `monitoring.dashboard.enabled` is false",
     ),
+    "object store path climbing out": (
+        {"config": {"checkpoint": {"dir": "s3://bucket/run/../../other"}}},
+        "demo",
+        r"`config.checkpoint.dir` \"s3://bucket/run/../../other\" names object storage \(s3\)",
+    ),
     # network.fabric and placement (templates/_network.tpl)
+    "fabric resource is the GPU resource": (
+        {"gpusPerNode": 8, "network": {"fabric": "infiniband", "deviceResource": "nvidia.com/gpu"}},
+        "demo",
+        r"`network.deviceResource` nvidia.com/gpu is the GPU resource: the fabric's device count",
+    ),
+    "fabric resource also in resources": (
+        {"network": {"fabric": "efa"}, "resources": {"limits": {"vpc.amazonaws.com/efa": 4}}},
+        "demo",
+        r"`network.deviceResource` vpc.amazonaws.com/efa is also in `resources.limits`",
+    ),
+    "GPU resource in resources and gpusPerNode": (
+        {"gpusPerNode": 8, "resources": {"requests": {"nvidia.com/gpu": 4}}},
+        "demo",
+        r"`resources.requests` names nvidia.com/gpu and `gpusPerNode` is 8",
+    ),
     "fabric devices on socket": (
         {"network": {"devices": 2}},
         "demo",

@@ -23,6 +23,19 @@ def newest_state(directory: Path) -> dict[str, Any]:
     return ckpt.load_state(newest(directory))
 
 
+def replace_state(checkpoint_dir: Path, content: object) -> None:
+    """state.pt of a checkpoint replaced by `content`, its COMPLETE marker rewritten to match:
+    a checkpoint that passes its digests but holds something else (another program's)."""
+    from kubeddp.trainer.checkpoint_digest import digest_file, marker_text, read_marker
+
+    torch.save(content, checkpoint_dir / ckpt.STATE_FILE)
+    marker = checkpoint_dir / "COMPLETE"
+    files = read_marker(marker.read_text()) or {}
+    files[ckpt.STATE_FILE] = digest_file(checkpoint_dir / ckpt.STATE_FILE)
+    step = int(checkpoint_dir.name.split("-")[1].split(".")[0])
+    marker.write_text(marker_text(step, files))
+
+
 def steps(directory: Path) -> list[int]:
     return sorted(ref.step for ref in ckpt.list_checkpoints(directory))
 

@@ -251,6 +251,89 @@ def program_rows() -> list[Row]:
     ]  # fmt: skip
 
 
+# ---- round five (issue 39): storage addresses, object-store paths, resources, dry runs ------
+# Counted in docs/ci-and-testing.md ("Adversarial rounds").
+
+KEEPER = "KUBEDDP_CHECKPOINT_KEEPER"
+S3_DIR = ("--set", "checkpoint.dir=s3://bucket/run")
+ENDPOINT_ROWS: dict[str, tuple[dict[str, str], tuple[str, ...], str]] = {
+    # name: (env, what follows `train --dry-run`, the words of the line)
+    "keeper-port-out-of-range": ({KEEPER: "http://k:99999"}, (), "Port out of range"),
+    "keeper-port-negative": ({KEEPER: "http://k:-1"}, (), "is not http://HOST[:PORT]"),
+    "keeper-port-zero": ({KEEPER: "http://k:0"}, (), "port 0"),
+    "keeper-ipv6-broken": ({KEEPER: "http://[::1"}, (), "Invalid IPv6 URL"),
+    "keeper-https": ({KEEPER: "https://k:9410"}, (), "is not http://HOST[:PORT]"),
+    "keeper-no-host": ({KEEPER: "http://:9410"}, (), "is not http://HOST[:PORT]"),
+    "keeper-password": ({KEEPER: "http://u:hunter2@k:9410"}, (), "***@k"),
+    "keeper-path": ({KEEPER: "http://k:9410/v2/list"}, (), "a path or query"),
+    "keeper-query": ({KEEPER: "http://k:9410?x=1"}, (), "a path or query"),
+    "s3-endpoint-ipv6-broken": ({"AWS_ENDPOINT_URL": "http://[::1"}, S3_DIR, "Invalid IPv6"),
+    "s3-endpoint-not-a-url": ({"AWS_ENDPOINT_URL": "minio:9000"}, S3_DIR, "HOST[:PORT]"),
+    "s3-endpoint-ftp": ({"AWS_ENDPOINT_URL_S3": "ftp://m"}, S3_DIR, "AWS_ENDPOINT_URL_S3"),
+    "s3-endpoint-password": ({"AWS_ENDPOINT_URL": "http://k:pw@m:9000"}, S3_DIR, "***@m:9000"),
+    "s3-endpoint-port": ({"AWS_ENDPOINT_URL": "http://m:70000"}, S3_DIR, "Port out of range"),
+    "s3-endpoint-query": ({"AWS_ENDPOINT_URL": "http://m/?x"}, S3_DIR, "a path or query"),
+}
+OBJECT_PATHS = (
+    "s3://bucket/a/./b", "s3://bucket/..", "s3://bucket/run/..", "s3://bucket/%2e%2e/x",
+    "s3://bucket/a b", "s3:///x", "s3://bu..cket/x", "s3://bucket/run/", "s3:bucket/x",
+    "s3://bucket/a\\b", "s3://bucket/\u00fcber",
+)  # fmt: skip
+
+
+def round_five_rows() -> list[Row]:
+    rows = [
+        Row(f"dry-run-{name}", ("train", "--dry-run", *extra), BAD_INPUT, (word,), env=env)
+        for name, (env, extra, word) in ENDPOINT_ROWS.items()
+    ]
+    rows.append(Row("dry-run-keeper-password-never-shown", ("train", "--dry-run"), BAD_INPUT,
+                    ("***@k",), env={KEEPER: "http://u:hunter2@k:9410"}))  # fmt: skip
+    for path in OBJECT_PATHS:
+        ok = path == "s3://bucket/run/"  # a trailing slash is the same prefix
+        for key in ("dir", "resume"):
+            if ok:
+                continue
+            rows.append(
+                Row(
+                    f"render-object-path-{key}-{path}",
+                    (*RENDER, "--set", f"checkpoint.{key}={path}"),
+                    BAD_INPUT,
+                    (f"checkpoint.{key}",),
+                )
+            )
+        if not ok:
+            rows.append(
+                Row(
+                    f"train-dry-run-object-path-{path}",
+                    ("train", "--dry-run", "--set", f"checkpoint.dir={path}"),
+                    BAD_INPUT,
+                    ("checkpoint.dir",),
+                )
+            )
+    resources = {
+        "fabric-resource-gpu-without-gpus": ("--fabric", "roce", "--fabric-resource",
+                                             "nvidia.com/gpu"),
+        "fabric-resource-in-requests": ("--fabric", "efa", "--resources",
+                                        '{"requests": {"vpc.amazonaws.com/efa": 2}}'),
+        "fabric-resource-in-limits-rdma": ("--fabric", "infiniband", "--fabric-resource",
+                                           "rdma/ib", "--resources", '{"limits": {"rdma/ib": 4}}'),
+        "gpu-in-limits-and-gpus-per-node": ("--gpus-per-node", "4", "--resources",
+                                            '{"limits": {"nvidia.com/gpu": 8}}'),
+        "gpu-in-requests-and-gpus-per-node": ("--gpus-per-node", "1", "--resources",
+                                              '{"requests": {"nvidia.com/gpu": 1}}'),
+        "fabric-devices-zero": ("--fabric", "efa", "--fabric-devices", "0"),
+        "fabric-resource-upper-case": ("--fabric", "roce", "--fabric-resource", "RDMA/IB"),
+    }  # fmt: skip
+    rows += [Row(f"render-{label}", (*RENDER, *argv), BAD_INPUT, ()) for label, argv in
+             resources.items()]  # fmt: skip
+    for setting in ("checkpoint.keep=0", "checkpoint.every_steps=-1", "checkpoint.dir=",
+                    "ddp.powersgd_rank=0", "checkpoint.async_save=maybe", "checkpoint.readers=x",
+                    "checkpoint.nope=1", "train.max_steps=-3"):  # fmt: skip
+        rows.append(Row(f"dry-run-config-{setting}", ("launch", "--dry-run", "--", "--set",
+                        setting), BAD_INPUT, (setting.split("=")[0],)))  # fmt: skip
+    return rows
+
+
 def hostile_rows() -> list[Row]:
     return [
         *user_code_rows(),
@@ -259,4 +342,5 @@ def hostile_rows() -> list[Row]:
         *name_rows(),
         *file_rows(),
         *program_rows(),
+        *round_five_rows(),
     ]

@@ -95,11 +95,27 @@ def checkpoint(root: Path, step: int, payload: bytes = b"state", size: int = 100
 
 
 def signed(
-    secret: keeper_auth.Secret | None, method: str, target: str, body: bytes = b""
+    secret: keeper_auth.Secret | None,
+    method: str,
+    target: str,
+    body: bytes = b"",
+    epoch: str = "",
 ) -> dict[str, str]:
     if secret is None:
         return {}
-    return keeper_auth.request_headers(secret, method, target, hashlib.sha256(body).hexdigest())
+    digest = hashlib.sha256(body).hexdigest()
+    return keeper_auth.request_headers(secret, method, target, digest, epoch)
+
+
+def epoch_of(port: int, secret: keeper_auth.Secret) -> str:
+    """The keeper's epoch, as a pod learns it: from the signed refusal of its first request."""
+    headers = {**signed(secret, "GET", "/v2/list"), "Connection": "close"}
+    reply = raw_exchange(port, request_bytes("GET", "/v2/list", headers))
+    for line in reply.split(b"\r\n\r\n")[0].decode().split("\r\n"):
+        name, _, value = line.partition(": ")
+        if name.lower() == keeper_auth.EPOCH_HEADER.lower():
+            return value
+    raise AssertionError(f"no epoch in {reply[:300]!r}")
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0, wait_close: bool = True) -> bytes:
@@ -196,3 +212,48 @@ def tamper(path: Path) -> None:
         f.seek(info.st_size // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+class DrippingProxy:
+    """127.0.0.1:port -> the keeper, passing the answers to requests whose path starts with one
+    of `paths` a byte at a time, a byte every 0.2 s (each read of the client gets a byte well
+    within any timeout: only a deadline for the whole exchange ends it); other answers pass
+    whole. Requests pass whole."""
+
+    def __init__(self, target_port: int, paths: tuple[str, ...] = ("/v2/",)) -> None:
+        self.target_port, self.paths = target_port, paths
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while not self._stop.is_set():
+                client, _ = self.listener.accept()
+                threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
+
+    def _pipe(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError), client:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with upstream:
+                first = client.recv(65536)
+                path = first.split(b" ", 2)[1].decode(errors="replace") if b" " in first else ""
+                upstream.sendall(first)
+                threading.Thread(target=_copy, args=(client, upstream, None), daemon=True).start()
+                drip = path.startswith(self.paths)
+                while not self._stop.is_set() and (chunk := upstream.recv(65536)):
+                    for at in range(len(chunk)) if drip else ():
+                        if self._stop.wait(0.2):
+                            return
+                        client.sendall(chunk[at : at + 1])
+                    if not drip:
+                        client.sendall(chunk)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()

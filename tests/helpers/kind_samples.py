@@ -38,6 +38,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "requestsPerGpu.cpu": {"gpusPerNode": 1, "requestsPerGpu": {"cpu": "3"}},
     "requestsPerGpu.memory": {"gpusPerNode": 1, "requestsPerGpu": {"memory": "5Gi"}},
     "shmSize": {"shmSize": "1Gi"},
+    "memorySnapshots.size": {"memorySnapshots": {"size": "3Gi"}},
     "elastic.enabled": {"elastic": {"enabled": True}, "nodes": 2},
     "elastic.minNodes": {"elastic": {"enabled": True, "minNodes": 2}, "nodes": 2},
     "elastic.maxNodes": {"elastic": {"enabled": True, "maxNodes": 7}, "nodes": 2},

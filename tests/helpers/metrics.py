@@ -46,18 +46,20 @@ RECORD_ONE_STEP = textwrap.dedent(
     f"""
     from kubeddp.trainer.config import MetricsConfig
     from kubeddp.trainer.worker.metrics import TrainingMetrics
+    from kubeddp.trainer.worker.snapshot.taker import Published
     m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
     m.on_plan(10)
     {on_step_call()}
     m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
+    m.on_snapshot(Published(step=1, nbytes=4096, seconds=0.01, every=5, timestamp=1.0))
     m.close()
     """
 )
 
 
 def exported_families(directory: Path, per_rank: bool = False) -> list[Metric]:
-    """Metric families a worker writes after one step and one checkpoint, as launch serves
-    them."""
+    """Metric families a worker writes after one step, one checkpoint and one in-memory
+    snapshot, as launch serves them."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", RECORD_ONE_STEP], env=env, check=True, timeout=60)
     return list(WorkerMetricsCollector(str(directory), per_rank).collect())

@@ -284,7 +284,8 @@ class Request:
 class TrainerStatusServer:
     """Serves the status endpoint for `trainjobs` ({(namespace, name)}), records every request
     and each status it accepted. `answer_with(code)` answers every later request with that
-    code; `hang()` reads requests and never answers."""
+    code; `hang()` reads requests and never answers; `drip()` answers 200 and then sends its
+    body a byte at a time, a byte every 0.2 s, for ever (every read stays within any timeout)."""
 
     def __init__(
         self,
@@ -298,6 +299,7 @@ class TrainerStatusServer:
         self.accepted: list[tuple[str, str, dict[str, Any]]] = []  # (ns, name, trainerStatus)
         self.forced: int | None = None
         self.hanging = False
+        self.dripping = False
         self.release = threading.Event()
         self.lock = threading.Lock()
         handler = _handler(self)
@@ -324,6 +326,9 @@ class TrainerStatusServer:
 
     def hang(self) -> None:
         self.hanging = True
+
+    def drip(self) -> None:
+        self.dripping = True
 
     def statuses(self, namespace: str, name: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -386,6 +391,18 @@ def _handler(owner: TrainerStatusServer) -> type[BaseHTTPRequestHandler]:
             owner.requests.append(request)
             if owner.hanging:
                 owner.release.wait(120)
+                self.close_connection = True
+                return
+            if owner.dripping:
+                self.send_response(200)
+                self.send_header("Content-Length", str(1 << 30))
+                self.end_headers()
+                while not owner.release.wait(0.2):
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        break
                 self.close_connection = True
                 return
             if owner.forced is not None:

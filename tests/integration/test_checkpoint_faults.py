@@ -34,7 +34,7 @@ def test_wrong_content_is_set_aside_and_the_previous_one_resumed(work: Path) -> 
     shutil.copytree(ck.baseline_dir(work), ckpt_dir)
     steps = ck.steps(ckpt_dir)
     newest, previous = ckpt_dir / f"ckpt-{steps[-1]:08d}", ckpt_dir / f"ckpt-{steps[-2]:08d}"
-    torch.save(torch.zeros(3), newest / "state.pt")  # unpickles fine; not a checkpoint
+    ck.replace_state(newest, torch.zeros(3))  # unpickles fine, passes its digests; not a checkpoint
 
     done = procs.run(ck.scenario_argv(ckpt_dir), work / "wrong-content.log", timeout=150)
     assert done.code == 0, done.output[-4000:]

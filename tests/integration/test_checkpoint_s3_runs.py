@@ -14,7 +14,7 @@ import pytest
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.worker import checkpoint as ckpt
 from tests.helpers import checkpoints as ck
-from tests.helpers import procs, s3server, workloads
+from tests.helpers import procs, s3_faults, s3server, workloads
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN = "resume/run"
@@ -95,7 +95,7 @@ def _one_process(url: str) -> list[str]:
 @pytest.mark.parametrize(
     ("url", "env_change", "code", "message"),
     [
-        ("s3://Bad_Bucket/x", {}, exit_codes.BAD_INPUT, "is not a valid S3 URL"),
+        ("s3://Bad_Bucket/x", {}, exit_codes.BAD_INPUT, "is not a valid s3:// URL"),
         (URL, {"AWS_ACCESS_KEY_ID": None}, exit_codes.BAD_INPUT, "no S3 credentials"),
         ("s3://no-such-bucket-here/x", {}, exit_codes.BAD_INPUT, "create the bucket"),
         (URL, {"AWS_ENDPOINT_URL": "closed"}, exit_codes.STORAGE_UNREACHABLE, "cannot be reached"),
@@ -120,7 +120,36 @@ def test_bad_storage_ends_before_training_in_one_line(
     done = procs.run(_one_process(url), work / f"bad-{name}.log", 120, env)
     assert done.code == code, done.output[-4000:]
     errors = [line for line in done.output.splitlines() if message in line]
-    assert errors and errors[0].startswith("kubeddp: error"), done.output[-4000:]
+    # a malformed URL is refused by launch, before any worker; the rest by the workers
+    assert errors and errors[0].startswith(("kubeddp: error", "kubeddp train: error")), errors
     assert "Traceback" not in done.output
     assert "step 1/" not in done.output, "the check comes before training"
     assert not os.path.exists(Path(procs.REPO) / "s3:"), "never a local directory named s3:"
+
+
+def test_an_endpoint_that_stores_uploads_short_never_finishes_a_run_or_loses_one(
+    work: Path, server: s3server.S3Server
+) -> None:
+    """The endpoint stores half of each checkpoint upload and answers 200: the run whose saves
+    it takes does not end "finished" (0) but retryable (202), nothing it wrote counts as a
+    checkpoint, and the next run resumes from the last good one, not from step 0."""
+    url = f"s3://{s3server.BUCKET}/lying/run"
+
+    def argv(steps: int) -> list[str]:
+        return [*_one_process(url), "--set", f"train.max_steps={steps}", "--set",
+                "checkpoint.every_steps=2", "--set", "checkpoint.async_save=false"]  # fmt: skip
+
+    good = procs.child_env(server.env())
+    done = procs.run(argv(6), work / "lying-first.log", 150, good)
+    assert done.code == 0, done.output[-4000:]
+    lying_env = {**server.env(), "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"}
+    with s3_faults.started(work, "short", server.endpoint) as endpoint:
+        lying = procs.child_env({**lying_env, "AWS_ENDPOINT_URL": endpoint})
+        done = procs.run(argv(10), work / "lying-short.log", 150, lying)
+    assert done.code == exit_codes.STORAGE_UNREACHABLE, done.output[-4000:]
+    assert "and answered 200; the save is not kept" in done.output
+    assert "[kubeddp] finished" not in done.output
+    assert not server.keys("lying/run/ckpt-00000010/"), "nothing of the lying saves is kept"
+    done = procs.run(argv(10), work / "lying-after.log", 150, good)
+    assert done.code == 0, done.output[-4000:]
+    assert f"resumed from {url}/ckpt-00000006 (step 6" in done.output, done.output[-4000:]

@@ -61,3 +61,24 @@ def test_a_resumed_run_ends_bitwise_equal(baseline: Path, tmp_path: Path, resume
         for i, parts in rank_want["params"].items():
             for kind, tensor in parts.items():
                 assert torch.equal(rank_got["params"][i][kind], tensor), (i, kind)
+
+
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_a_run_resumed_by_another_number_of_workers_trains_on(
+    baseline: Path, tmp_path: Path, nproc: int
+) -> None:
+    """Resumed by fewer or more workers than wrote the checkpoint: every rank takes the saved
+    step count (a new rank kept 0 and ran plain all-reduce while the others ran PowerSGD:
+    gloo aborted on the size mismatch, exit 134), the warm-start factors (the same on every
+    rank) are restored, each rank's error feedback starts afresh, and one line says so."""
+    ckpt_dir = tmp_path / "resumed"
+    shutil.copytree(baseline, ckpt_dir)
+    for step in ck.steps(ckpt_dir):
+        if step > 20:
+            shutil.rmtree(ckpt_dir / f"ckpt-{step:08d}")
+    argv = ck.scenario_argv(ckpt_dir, *POWERSGD, nproc=nproc)
+    done = procs.run(argv, tmp_path / "r.log", timeout=180)
+    assert done.code == 0, done.output[-4000:]
+    assert "the checkpoint was written by 2 workers, this run has" in done.output
+    hook = ck.newest_state(ckpt_dir)["comm_hook"]
+    assert len(hook) == nproc and len({rank["iter"] for rank in hook}) == 1

@@ -1,8 +1,9 @@
 """Elastic recovery across two nodes (network namespaces) with the env of an elastic PyTorchJob:
 one node is lost mid-run (its whole process tree SIGKILLed), the survivor re-forms the group
-alone and resumes from the newest checkpoint, the lost node comes back, the group re-forms at
-two, and the job completes with every sample of every epoch trained exactly once although the
-world size went 2 -> 1 -> 2.
+alone and resumes from its own memory (a snapshot every step: never older than the newest
+checkpoint), the lost node comes back and is sent that state, the group re-forms at two, and
+the job completes with every sample of every epoch trained exactly once although the world size
+went 2 -> 1 -> 2.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _groups(pod0: procs.Proc, pod1: procs.Proc, size: int) -> int:
 
 def test_lost_node_comes_back_and_the_job_completes(tmp_path: Path) -> None:
     ckpt_dir = tmp_path / "shared-pvc"  # both nodes see the host's filesystem
-    argv = procs.kubeddp_argv("launch", "--", *ck.scenario_settings(ckpt_dir))
+    settings = ck.scenario_settings(ckpt_dir, "checkpoint.memory_every_steps=1")
+    argv = procs.kubeddp_argv("launch", "--", *settings)
     env = node_env()
     nodes = netns.cluster([f"{JOB}-worker-0", f"{JOB}-worker-1"])
     with nodes as (node0, node1), procs.started(node0.wrap(argv), tmp_path / "0.log", env) as pod0:
@@ -63,6 +65,7 @@ def test_lost_node_comes_back_and_the_job_completes(tmp_path: Path) -> None:
     assert code0 == 0 and code1 == 0, pod0.tail() + "\n" + pod1.tail()
     sizes = [int(s) for s in re.findall(r"world size (\d+) \(gloo", logs)]
     assert 1 in sizes and sizes[-1] == 2, f"world sizes seen: {sizes}"
+    assert "resumed from memory://" in logs, pod0.tail()
     final = ck.newest_state(ckpt_dir)
     assert final["world_size"] == 2
     ck.assert_each_sample_once(final, ck.TRAIN_ROWS, ck.EPOCHS)

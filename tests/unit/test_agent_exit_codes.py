@@ -12,7 +12,11 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from kubeddp.trainer import exit_codes
-from kubeddp.trainer.launcher.agent import AGENT_SIGKILL_AFTER_SECONDS, exit_code_of_failure
+from kubeddp.trainer.launcher.agent import (
+    AGENT_SIGKILL_AFTER_SECONDS,
+    exit_code_of_failure,
+    first_failed,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,7 +58,7 @@ SIGKILLED = -int(signal.SIGKILL)
         ),
         (
             (-int(signal.SIGSEGV), exit_codes.PEER_FAILED),
-            128 + int(signal.SIGSEGV),
+            exit_codes.CRASHED,
             "a segfault wins over the peer that saw it",
         ),
         ((exit_codes.TRAINING_FAILED,), exit_codes.TRAINING_FAILED, "the program's own bug"),
@@ -74,10 +78,12 @@ SIGKILLED = -int(signal.SIGKILL)
             "a preemption vote: every rank saved and stopped",
         ),
         ((exit_codes.BAD_INPUT, exit_codes.TRAINING_FAILED), exit_codes.BAD_INPUT, "the first"),
-        ((-int(signal.SIGSEGV),), 128 + int(signal.SIGSEGV), "a crash by signal is >= 128"),
+        ((-int(signal.SIGSEGV),), exit_codes.CRASHED, "a crash by signal: crashed, retried"),
+        ((-int(signal.SIGHUP),), exit_codes.CRASHED, "a signal no row names: crashed"),
+        ((134,), exit_codes.CRASHED, "a code >= 128 no row names: crashed"),
         (
             (exit_codes.PEER_FAILED, -int(signal.SIGABRT)),
-            128 + int(signal.SIGABRT),
+            exit_codes.CRASHED,
             "a local crash is the cause of the local peer's failure",
         ),
     ],
@@ -126,3 +132,14 @@ def test_a_programs_own_code_is_not_named_after_a_cli_code() -> None:
     assert exit_codes.describe(exit_codes.CLUSTER_ERROR) == "3 (fatal)"
     assert exit_codes.describe(exit_codes.PEER_FAILED) == "201 (peer failed, retryable)"
     assert exit_codes.describe(250) == "250 (retryable)"
+
+
+def test_the_line_names_the_rank_whose_code_the_pod_ends_with(tmp_path: Path) -> None:
+    """A rank aborts (SIGABRT) and its peer's collective fails a moment before the abort is
+    reported: the pod ends crashed, and the line names the rank that died by the signal."""
+    exc = failed(tmp_path, exit_codes.PEER_FAILED, -int(signal.SIGABRT))
+    exc.failures[1].timestamp = exc.failures[0].timestamp + 1
+    code = exit_code_of_failure(exc)
+    assert code == exit_codes.CRASHED
+    assert first_failed(exc, code).startswith("; local rank 1")
+    assert first_failed(exc, code).endswith("failed first (died by SIGABRT)")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kubeddp.trainer.worker import checkpoint as ckpt
+from tests.helpers import checkpoints as ck
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -113,8 +114,8 @@ def test_loading_never_runs_code_from_the_file(tmp_path: Path) -> None:
     good = _write(ckpt_dir, 5)
     evil = _write(ckpt_dir, 10)
     marker = tmp_path / "code-ran"
-    with open(evil / ckpt.STATE_FILE, "wb") as f:
-        torch.save({"step": 10, "payload": _RunsCode(str(marker))}, f)
+    # recorded in its marker: the digests pass, and torch.load itself must refuse the code
+    ck.replace_state(evil, {"step": 10, "payload": _RunsCode(str(marker))})
     messages: list[str] = []
     found = ckpt.load_newest_valid(ckpt_dir, log=messages.append)
     assert not marker.exists(), "torch.load ran code from a checkpoint"
@@ -234,7 +235,7 @@ def test_wrong_content_falls_back_to_the_previous_and_is_kept(
 ) -> None:
     _write(tmp_path, 5)
     newest = _write(tmp_path, 10)
-    torch.save(content, newest / ckpt.STATE_FILE)
+    ck.replace_state(newest, content)  # its marker records it: it passes its digests
     messages: list[str] = []
     bad: list[ckpt.CheckpointRef] = []
     found = ckpt.load_newest_valid(tmp_path, log=messages.append, on_bad=bad.append)

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import pytest
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.checkpoint_digest import BlockHasher
 from kubeddp.trainer.keeper.client import KeeperClient
 from kubeddp.trainer.keeper.reach import (
@@ -34,10 +34,12 @@ from kubeddp.trainer.keeper.sync import (
     KeeperError,
     KeeperSettingError,
     SyncSettings,
+    start_from_env,
     within,
 )
 from tests.helpers import procs
 from tests.helpers.keeper import (
+    DrippingProxy,
     Keeper,
     checkpoint,
     free_port,
@@ -214,6 +216,32 @@ def test_a_keeper_lost_after_its_health_check_is_fetched_from_again(tmp_path: Pa
     assert not list(sync.root.glob(".kubeddp-sync-*"))  # no staging left behind
 
 
+@pytest.mark.parametrize("drips", ["/v2/list", "/v2/file/"])
+def test_a_keeper_whose_answers_never_finish_ends_the_start_within_its_budget(
+    drips: str, tmp_path: Path
+) -> None:
+    """Its listing (or a block) comes a byte every 0.2 s: every read is within the 60 s
+    timeout, and a starting pod once waited on it for ever. Every exchange now has a deadline
+    of its own and ends within the pod's budget: a retryable failure, said in one line."""
+    secret = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret) as keeper:
+        seeded = _sync(keeper, tmp_path / "seed")
+        checkpoint(seeded.root, 7, payload=b"seven", size=1 << 20)
+        seeded.push()
+        proxy = DrippingProxy(keeper.port, (drips,))
+        env = {constants.ENV_CHECKPOINT_KEEPER: proxy.url,
+               constants.ENV_CHECKPOINT_KEEPER_TOKEN_FILE: str(secret)}  # fmt: skip
+        lines: list[str] = []
+        try:
+            with pytest.raises(KeeperError) as failed:
+                start_from_env(env, str(tmp_path / "pod"), 3.0, lines.append,
+                               SyncSettings(reads=True))  # fmt: skip
+        finally:
+            proxy.close()
+    assert "did not end within" in str(failed.value) or "wait for it is over" in str(failed.value)
+    assert not (tmp_path / "pod" / "ckpt-00000007").exists()
+
+
 def test_a_rejoining_pod_fetches_again_when_its_keeper_drops(tmp_path: Path) -> None:
     """Between two rendezvous rounds a pod fetches what the keeper got since; a keeper that
     drops the connection then is asked again within the deadline, and a failed fetch leaves no
@@ -373,7 +401,7 @@ def test_an_absent_keeper_is_a_bounded_wait_said_every_interval(tmp_path: Path) 
         wait_for_keeper(client, 1.5, lines.append, say_every=0.5)
     assert lines and all("has not answered for" in line for line in lines), lines
     assert "kubectl get pods -l kubeddp.io/checkpoint-keeper=127" in lines[0], lines
-    with pytest.raises(KeeperSettingError, match="is not http://HOST:PORT"):
+    with pytest.raises(KeeperSettingError, match=r"is not http://HOST\[:PORT\]"):
         KeeperClient("s3://bucket")
 
 
@@ -439,7 +467,7 @@ def test_launch_without_its_keeper_ends_fatal_after_its_budget_and_with_a_bad_se
     del env["KUBEDDP_CHECKPOINT_KEEPER_SAY_SECONDS"]
     env["KUBEDDP_CHECKPOINT_KEEPER"] = "ftp://keeper"
     done = _launch(tmp_path, env, *args)
-    assert done.returncode == 2 and "is not http://HOST:PORT" in done.stderr, done.stderr
+    assert done.returncode == 2 and "is not http://HOST[:PORT]" in done.stderr, done.stderr
     env |= {"KUBEDDP_CHECKPOINT_KEEPER": "http://127.0.0.1:1",
             "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE": str(tmp_path / "missing")}  # fmt: skip
     done = _launch(tmp_path, env, *args)
@@ -506,3 +534,62 @@ def test_a_finished_run_whose_last_files_cannot_reach_the_keeper_exits_204(
     assert code == 204, proc.tail()
     assert "did not reach the checkpoint keeper" in proc.output(), proc.tail()
     assert (ck / "snapshot.pt").read_text() == "result"
+
+
+def test_a_pod_killed_after_its_config_copy_left_before_its_first_checkpoint(
+    served: Keeper, tmp_path: Path
+) -> None:
+    """Retries off, so no retry record: the keeper held config.yaml alone, and every later pod
+    refused checkpoint.dir as a user's working directory (exit 2). The copy says it is
+    kubeddp's on its first line: the next pod claims the directory and trains."""
+    from kubeddp.trainer.worker.checkpoint import safety
+    from kubeddp.trainer.worker.checkpoint.local import LocalStorage
+
+    first = _sync(served, tmp_path / "first")
+    storage = LocalStorage(first.root)
+    safety.claim(storage, "train: {epochs: 1}\n", lambda _m: None)
+    first.push(final=True)
+    storage.release()  # the pod is gone: its emptyDir with it
+    assert [p.name for p in served.root.iterdir() if not p.name.startswith(".")] == ["config.yaml"]
+    second = _sync(served, tmp_path / "second")
+    second.fill()
+    assert sorted(p.name for p in second.root.iterdir()) == ["config.yaml"]
+    again = LocalStorage(second.root)
+    safety.claim(again, "train: {epochs: 1}\n", lambda _m: None)  # no longer refused
+    again.release()
+
+
+def test_links_in_a_listing_are_never_recreated_or_written_through_outside_the_dir(
+    tmp_path: Path,
+) -> None:
+    """Someone who can write the keeper's volume plants links that leave checkpoint.dir: a pod
+    recreated them, and a later fetch wrote through them. A listed link is recreated only when
+    its target stays inside (judged by its text), and a fetched file is placed a folder at a
+    time without following a link, whatever is in the pod's checkpoint.dir."""
+    secret = write_secret(tmp_path / "secret")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    (claim / "up").symlink_to("../../outside")
+    (claim / "abs").symlink_to(str(outside))
+    (claim / "latest").symlink_to("notes/today")
+    (claim / "notes").mkdir()
+    (claim / "notes" / "today").write_text("kept\n")
+    (claim / "sub").mkdir()
+    (claim / "sub" / "x").write_text("through the link\n")
+    lines: list[str] = []
+    with keeper_up(claim, tmp_path, secret) as keeper:
+        pod = tmp_path / "pod"
+        pod.mkdir()
+        (pod / "sub").symlink_to(outside)  # what an older pod (or anything) left there
+        sync = _sync(keeper, pod, lines=lines)
+        sync.fill()
+    assert not os.path.lexists(pod / "up") and not os.path.lexists(pod / "abs")
+    assert os.readlink(pod / "latest") == "notes/today", "a link inside is kept"
+    assert (pod / "notes" / "today").read_text() == "kept\n"
+    assert sorted(os.listdir(outside)) == [], "nothing written through a link"
+    said = "\n".join(lines)
+    assert "not recreated: the keeper lists up -> '../../outside'" in said, said
+    assert "not recreated: the keeper lists abs -> " in said
+    assert "not fetched: sub/x" in said

@@ -1,17 +1,19 @@
 """trainer/worker/checkpoint/lock.py: one writer per checkpoint directory, released by the
 kernel when its holder dies; a directory that is a file, a read-only one or a link at the
-lock path is an error."""
+lock path is an error; safety.claim tells kubeddp's config copy from a user's config.yaml."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer.worker.checkpoint import CheckpointError
+from kubeddp.trainer.worker.checkpoint import CheckpointError, safety
+from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from kubeddp.trainer.worker.checkpoint.lock import LOCK_FILE, DirectoryInUse, WriterLock
 from tests.helpers import mounts
 
@@ -99,3 +101,32 @@ def test_a_link_at_the_lock_path_is_refused_and_its_target_untouched(tmp_path: P
     os.mkfifo(ckpts / LOCK_FILE)  # a FIFO must not block the open, and is refused too
     with pytest.raises(CheckpointError, match="not a regular file"):
         WriterLock(ckpts).acquire()
+
+
+def test_a_config_copy_alone_is_kubeddps_when_it_says_so_and_a_users_is_not(
+    tmp_path: Path,
+) -> None:
+    """A pod killed after its config copy reached the keeper but before its first checkpoint:
+    the next pod gets config.yaml alone. kubeddp's copy says so on its first line and is
+    claimed again (it was refused, exit 2, by every later pod with retries off); a user's own
+    config.yaml alone is still refused, and a link or FIFO at that name is no note."""
+    first = tmp_path / "first"
+    safety.claim(LocalStorage(first), "train: {epochs: 1}\n", print)
+    LocalStorage(first).release()
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    shutil.copy(first / "config.yaml", fetched / "config.yaml")  # what the keeper hands over
+    again = LocalStorage(fetched)
+    safety.claim(again, "train: {epochs: 2}\n", print)
+    again.release()
+    assert (fetched / "config.yaml").read_text().endswith("train: {epochs: 2}\n")
+    for name, make in (
+        ("users", lambda p: p.write_text("train: {lr: 0.1}\n")),
+        ("link", lambda p: p.symlink_to(first / "config.yaml")),
+        ("fifo", lambda p: os.mkfifo(p)),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        make(folder / "config.yaml")
+        with pytest.raises(CheckpointError, match="did not write"):
+            safety.claim(LocalStorage(folder), "train: {}\n", print)

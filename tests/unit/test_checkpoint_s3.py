@@ -4,6 +4,7 @@ checkpoints ignored and swept), and one-line errors for bad URLs, credentials an
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kubeddp.trainer.checkpoint_digest import read_marker
 from kubeddp.trainer.worker import checkpoint as ckpt
 from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
 from tests.helpers import s3_faults, s3server
@@ -150,7 +152,9 @@ def test_an_endpoint_that_answers_with_a_web_page_is_refused_in_one_line(
     with s3_faults.started(tmp_path, "html") as endpoint:
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
         storage = ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
-        with pytest.raises(ckpt.CheckpointError, match="with an HTML page instead") as err:
+        with pytest.raises(
+            ckpt.CheckpointError, match="200 and an HTML page: it is not an S3"
+        ) as err:
             storage.prepare()
         assert "\n" not in str(err.value) and not isinstance(err.value, ckpt.StorageUnreachable)
 
@@ -174,3 +178,101 @@ def test_throttling_is_retried_with_back_off_then_retryable(
             storage.prepare()
         with pytest.raises(ckpt.StorageUnreachable, match="cannot write checkpoint"):
             storage.write(5, {"state.pt": lambda f: f.write(b"x")})
+
+
+@pytest.mark.parametrize(("mode", "args", "says"), [
+    ("json", (), "PutObject with 200 and application/json"),
+    ("redirect", ("301",), "answered 301 with a redirect to http://"),
+    ("redirect", ("307",), "answered 307 with a redirect to http://"),
+    ("redirect", ("302",), "answered 302 with a redirect to http://"),
+    ("redirect", ("308",), "answered 308 with a redirect to http://"),
+    ("text", (), "PutObject with 200 and text/plain"),
+])  # fmt: skip
+def test_an_endpoint_that_is_not_s3_is_refused_at_once_not_retried(
+    mode: str, args: tuple[str, ...], says: str, s3env, monkeypatch, tmp_path: Path
+) -> None:
+    """JSON 200 was taken for a server error and retried for minutes; a redirect ended in
+    botocore's RecursionError. Both are one line, fatal (the address is wrong), at once."""
+    with s3_faults.started(tmp_path, mode, *args) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        storage = ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
+        with pytest.raises(ckpt.CheckpointError, match=says) as err:
+            storage.prepare()
+        with pytest.raises(ckpt.CheckpointError, match="not an S3 API|with a redirect to") as save:
+            storage.write(5, {"state.pt": lambda f: f.write(b"x")})
+        assert not isinstance(save.value, ckpt.StorageUnreachable), "fatal, not retried"
+    assert "\n" not in str(err.value) and not isinstance(err.value, ckpt.StorageUnreachable)
+    assert "AWS_ENDPOINT_URL must be the S3 API" in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["short", "flip"])
+def test_an_upload_stored_short_or_changed_is_never_a_checkpoint(
+    mode: str, s3env, monkeypatch, tmp_path: Path
+) -> None:
+    """The endpoint stores part of an upload (or other bytes) and answers 200: the save fails
+    (retryable), no COMPLETE is written, and the checkpoint before it stays the newest."""
+    url = f"s3://{s3server.BUCKET}/lying-{mode}"
+    _write(url, 5)
+    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")  # plain bodies
+    with s3_faults.started(tmp_path, mode, s3env.endpoint) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with pytest.raises(ckpt.StorageUnreachable, match="cannot write checkpoint") as err:
+            _write(url, 10)
+    said = "stored .* of the .* bytes" if mode == "short" else "read back is not what was written"
+    assert re.search(said, str(err.value)), err.value
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3env.endpoint)
+    assert [r.step for r in ckpt.list_checkpoints(url)] == [5]
+    assert not s3env.keys(f"lying-{mode}/ckpt-00000010/"), "what was stored is removed"
+
+
+def test_the_marker_records_sizes_and_digests_and_reading_checks_them(s3env) -> None:
+    """An object changed after its checkpoint was complete (bit rot, a lying read) is read
+    once more, then refused: the previous checkpoint is used, and nothing is lost."""
+    url = f"s3://{s3server.BUCKET}/digests"
+    _write(url, 5)
+    _write(url, 10)
+    client = s3env.client()
+    marker = client.get_object(Bucket=s3server.BUCKET, Key="digests/ckpt-00000010/COMPLETE")
+    recorded = read_marker(marker["Body"].read().decode())
+    assert recorded is not None and set(recorded) == {"state.pt", "config.yaml"}
+    key = "digests/ckpt-00000010/state.pt"
+    data = bytearray(client.get_object(Bucket=s3server.BUCKET, Key=key)["Body"].read())
+    assert recorded["state.pt"].size == len(data)
+    data[len(data) // 2] ^= 0xFF  # same size, one byte changed: only the digests see it
+    client.put_object(Bucket=s3server.BUCKET, Key=key, Body=bytes(data))
+    messages: list[str] = []
+    found = ckpt.load_newest_valid(url, log=messages.append)
+    assert found is not None and found[0].step == 5
+    assert "differs from what was written" in messages[0], messages
+
+
+def test_an_answer_that_never_finishes_ends_at_the_requests_deadline(
+    s3env, monkeypatch, tmp_path: Path
+) -> None:
+    """A checkpoint's object served a byte every 0.2 s: every read is within the 120 s read
+    timeout; the request's whole deadline (300 s, here 2 s) ends it, retryable."""
+    from kubeddp.trainer.worker.checkpoint import s3
+
+    url = f"s3://{s3server.BUCKET}/dripping"
+    _write(url, 5)
+    monkeypatch.setattr(s3, "REQUEST_SECONDS", 2.0)
+    with s3_faults.started(tmp_path, "drip", s3env.endpoint) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with pytest.raises(ckpt.StorageUnreachable, match="did not end within 2 s"):
+            ckpt.load_newest_valid(url, log=lambda _m: None)
+
+
+def test_a_config_copy_alone_is_told_from_a_users_config_in_a_bucket_too(s3env) -> None:
+    from kubeddp.trainer.worker.checkpoint import safety
+    from kubeddp.trainer.worker.checkpoint.storage import CONFIG_NOTE_HEADER
+
+    client = s3env.client()
+    for prefix, text, ours in (("ours", CONFIG_NOTE_HEADER + "train: {}\n", True),
+                               ("users", "train: {lr: 0.1}\n", False)):  # fmt: skip
+        client.put_object(Bucket=s3server.BUCKET, Key=f"{prefix}/config.yaml", Body=text.encode())
+        storage = S3Storage.from_url(f"s3://{s3server.BUCKET}/{prefix}")
+        if ours:
+            safety.claim(storage, "train: {}\n", lambda _m: None)
+        else:
+            with pytest.raises(ckpt.CheckpointError, match="did not write"):
+                safety.claim(storage, "train: {}\n", lambda _m: None)

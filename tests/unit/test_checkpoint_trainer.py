@@ -14,6 +14,7 @@ from kubeddp.trainer.worker import checkpoint as ckpt
 from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.loop import Trainer
 from kubeddp.trainer.worker.schedule import lr_factor
+from tests.helpers import checkpoints as ck
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -135,7 +136,7 @@ def test_the_seed_of_an_older_checkpoint_comes_from_its_config_copy(tmp_path: Pa
     newest = ckpt.list_checkpoints(tmp_path)[0]
     state = ckpt.load_state(newest)
     del state["seed"]  # written before checkpoints recorded it
-    torch.save(state, newest.path / ckpt.STATE_FILE)
+    ck.replace_state(newest.path, state)  # with its marker: it passes its digests
     other = _trainer(tmp_path, "train.seed=7")
     with pytest.raises(ckpt.CheckpointError, match="train.seed=1234"):
         other.checkpoints.resume()
@@ -147,7 +148,7 @@ def test_tensors_of_another_shape_fall_back_to_the_previous_checkpoint(tmp_path:
     newest = ckpt.list_checkpoints(tmp_path)[0]
     state = ckpt.load_state(newest)
     state["model"]["0.weight"] = torch.zeros(3, 3)  # same model hash, wrong tensor
-    torch.save(state, newest.path / ckpt.STATE_FILE)
+    ck.replace_state(newest.path, state)  # with its marker: it passes its digests
     messages: list[str] = []
     again = _trainer(tmp_path)
     again.checkpoints.log = messages.append
@@ -169,3 +170,25 @@ def test_one_writer_per_directory_in_one_process_too(tmp_path: Path) -> None:
     third = _trainer(tmp_path)
     third.checkpoints.resume()  # free again once the first closed
     third.close()
+
+
+def test_checkpoints_that_are_all_unusable_are_never_trained_over_from_step_0(
+    tmp_path: Path,
+) -> None:
+    """Every checkpoint there fails (here: cut short, as a lying store leaves one): each is
+    set aside as .bad and said, and the run refuses in one line instead of starting over from
+    step 0 beside them."""
+    _fit(_trainer(tmp_path))
+    refs = ckpt.list_checkpoints(tmp_path)
+    for ref in refs:
+        state_file = Path(ref.path) / ckpt.STATE_FILE
+        state_file.write_bytes(state_file.read_bytes()[:100])
+    messages: list[str] = []
+    again = _trainer(tmp_path)
+    again.checkpoints.log = messages.append
+    with pytest.raises(ckpt.CheckpointError, match="none could be used") as refused:
+        again.checkpoints.resume()
+    again.close()
+    assert "checkpoint.resume=never to start afresh" in str(refused.value)
+    assert sum("holds 100 bytes" in m for m in messages) == len(refs), messages
+    assert all((tmp_path / f"{Path(r.path).name}.bad").is_dir() for r in refs), "all kept"

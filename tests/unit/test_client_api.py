@@ -6,14 +6,17 @@ the same transports; the CLI prints what the API returns. Against the fake API s
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kubeddp.client import Client, KubeddpError, WaitTimeout
+from kubeddp.tools.cli.client_args import fits
 from kubeddp.trainer import exit_codes
 from tests.helpers import cluster_commands, fake_api
 from tests.helpers.api_client import TRANSPORTS, fake_cluster
@@ -259,3 +262,71 @@ def test_the_cli_is_a_layer_over_the_api() -> None:
     assert not inner & imported, imported
     assert "kubeddp.tools.manifests.chart.render" not in imported
     assert "kubeddp.tools.cli.client" in imported
+
+
+# ---- every argument typed: text from a widget or an environment variable is never a switch ---
+
+VALID = {"name": "demo", "kind": "pytorchjob", "files": "x.yaml"}  # what a call needs besides
+
+
+def _wrong_values(hint: object) -> list[object]:
+    """Values of the wrong type for an annotation: what a notebook widget or os.environ hands
+    a method (text), and what Python lets slip (a bool for an int, 1 for a bool)."""
+    candidates = ["false", 1, True, 2.5, [1], None]
+    return [value for value in candidates if not fits(value, hint)][:2]
+
+
+def _typed_parameters() -> list[tuple[str, str, object]]:
+    rows = []
+    for method in ("render", "validate", "submit", "status", "wait", "logs", "delete", "diagnose"):
+        function = getattr(Client, method).__wrapped__
+        hints = typing.get_type_hints(function)
+        for name, parameter in inspect.signature(function).parameters.items():
+            if name == "self" or parameter.kind is parameter.VAR_KEYWORD:
+                continue
+            for value in _wrong_values(hints[name]):
+                rows.append((method, name, value))
+    return rows
+
+
+@pytest.mark.parametrize(("method", "name", "value"), _typed_parameters())
+def test_every_argument_of_every_method_is_strictly_typed(method, name, value, tmp_path) -> None:
+    """Refused in one line (exit 2) before any request: `delete(..., delete_pvc="false")` once
+    deleted the checkpoint claim."""
+    function = getattr(Client, method).__wrapped__
+    parameters = inspect.signature(function).parameters
+    args = {n: VALID[n] for n, p in parameters.items() if n in VALID and p.default is p.empty}
+    args[name] = value
+    positional = [args.pop("files")] if "files" in args else []
+    if name == "files":
+        positional = [value]
+    client = Client(kubeconfig=str(tmp_path / "none"), say=lambda line: None)
+    with pytest.raises(KubeddpError) as err:  # a cluster error if it reached the cluster
+        getattr(client, method)(*positional, **args)
+    assert err.value.exit_code == exit_codes.BAD_INPUT, err.value
+    assert str(err.value).startswith(f"{name}={value!r} is a {type(value).__name__}, not ")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["false", "no", "0", "False", ""])
+def test_delete_with_delete_pvc_as_text_deletes_nothing(text, tmp_path, monkeypatch) -> None:
+    with fake_cluster("client", tmp_path, monkeypatch) as (api, client):
+        api.route("DELETE", f"{PYTORCHJOBS}/demo", 200, SUCCESS)
+        api.route("DELETE", f"{CLAIMS}/demo-checkpoints", 200, SUCCESS)
+        with pytest.raises(KubeddpError) as err:
+            client.delete("demo", "pytorchjob", delete_pvc=text)
+    assert err.value.exit_code == exit_codes.BAD_INPUT and "a switch takes True or False" in str(
+        err.value
+    )
+    assert not api.calls("DELETE")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"namespace": 3}, {"context": ["a"]}, {"request_timeout": True}, {"kubeconfig": 1},
+     {"say": "stderr"}],
+)  # fmt: skip
+def test_the_clients_settings_are_typed(settings) -> None:
+    with pytest.raises(KubeddpError) as err:
+        Client(**settings)
+    assert err.value.exit_code == exit_codes.BAD_INPUT and next(iter(settings)) in str(err.value)

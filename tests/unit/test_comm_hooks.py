@@ -146,11 +146,21 @@ def test_powersgd_really_compresses(group: None) -> None:
 
 def test_powersgd_state_is_per_rank_and_reset_at_another_world_size(group: None) -> None:
     _, state = _powersgd()
-    saved = {"iter": 9, "params": {0: {"error": torch.ones(3)}}}
+    saved = {"iter": 9, "params": {0: {"error": torch.ones(3), "q": torch.full((2,), 5.0)}}}
     state.load_rank_states([saved, saved], 0, 1)  # saved by 2 ranks, resumed by 1
-    assert state.state.iter == 9 and state.kept == {}
+    assert state.state.iter == 9 and set(state.kept[0]) == {"q"}, "Q kept, error afresh"
     state.load_rank_states([saved], 0, 1)
-    assert set(state.kept) == {0}
+    assert set(state.kept[0]) == {"error", "q"}
+
+
+@pytest.mark.parametrize("rank", [0, 2, 3])
+def test_every_rank_of_a_larger_world_takes_the_saved_step_count(group: None, rank: int) -> None:
+    """Saved by 2 ranks, resumed by 4: ranks 2 and 3 have no state of their own, and a rank
+    left at step 0 would all-reduce whole buckets while the others sent PowerSGD's factors."""
+    _, state = _powersgd()
+    saved = {"iter": 12, "params": {1: {"error": torch.ones(3), "q": torch.ones(4)}}}
+    state.load_rank_states([saved, saved], rank, 4)
+    assert state.state.iter == 12 and set(state.kept) == {1} and set(state.kept[1]) == {"q"}
 
 
 def test_the_config_refuses_an_unknown_hook_and_a_start_before_step_two() -> None:

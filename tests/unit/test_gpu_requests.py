@@ -20,7 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def container_resources(*argv: str) -> dict:
-    job = job_of("pytorchjob", "--name", "g", *argv)
+    """Without the in-memory snapshots' memory (tests/unit/test_snapshot_manifests.py)."""
+    job = job_of("pytorchjob", "--name", "g", "--snapshot-size", "0", *argv)
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return container.get("resources", {})
 
@@ -69,8 +70,8 @@ def test_per_gpu_amounts_are_options_and_zero_is_none() -> None:
 
 
 def test_a_trainjob_gets_them_in_resources_per_node() -> None:
-    (job,) = [d for d in render_job("trainjob", "--name", "t", "--gpus-per-node", "2")
-              if d["kind"] == "TrainJob"]  # fmt: skip
+    docs = render_job("trainjob", "--name", "t", "--gpus-per-node", "2", "--snapshot-size", "0")
+    (job,) = [d for d in docs if d["kind"] == "TrainJob"]
     assert job["spec"]["trainer"]["resourcesPerNode"]["requests"] == {
         "cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"
     }  # fmt: skip
@@ -89,7 +90,7 @@ def test_a_fraction_is_refused_with_one_line() -> None:
 def test_each_helm_binary_computes_the_same_requests(release: Release, tmp_path) -> None:
     binary = helm_cli.require(release, "helm")
     values = {"kind": "PyTorchJob", "gpusPerNode": 3, "requestsPerGpu": {"cpu": "500m"},
-              "resources": {}}  # fmt: skip
+              "resources": {}, "memorySnapshots": {"size": "0"}}  # fmt: skip
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     done = subprocess.run(
         [str(binary), "template", "r", str(CHART), "-f", str(tmp_path / "values.yaml")],

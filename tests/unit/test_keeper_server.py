@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,10 +22,13 @@ import pytest
 from kubeddp.trainer.checkpoint_digest import MIN_BLOCK_BYTES, BlockHasher, marker_text
 from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.client import KeeperClient, KeeperRefused
+from kubeddp.trainer.keeper.local_dir import scan
 from kubeddp.trainer.keeper.protocol import FileEntry, Upload
+from kubeddp.trainer.keeper.sync import unit_upload
 from tests.helpers import procs
 from tests.helpers.keeper import (
     checkpoint,
+    epoch_of,
     free_port,
     keeper_argv,
     keeper_up,
@@ -57,11 +61,12 @@ def test_every_request_but_the_health_check_needs_the_jobs_signature(tmp_path: P
         assert _status(unsigned) == 401 and b"not signed" in unsigned
         forged = signed(keeper_auth.Secret(b"an-attacker's-guess-0123456789"), "GET", "/v2/list")
         assert _status(raw_exchange(keeper.port, request_bytes("GET", "/v2/list", forged))) == 401
-        once = signed(secret, "GET", "/v2/list")
+        epoch = epoch_of(keeper.port, secret)
+        once = signed(secret, "GET", "/v2/list", epoch=epoch)
         assert _status(raw_exchange(keeper.port, request_bytes("GET", "/v2/list", once))) == 200
         replayed = raw_exchange(keeper.port, request_bytes("GET", "/v2/list", once))
         assert _status(replayed) == 401 and b"replay" in replayed
-        stale = dict(signed(secret, "GET", "/v2/list"))
+        stale = dict(signed(secret, "GET", "/v2/list", epoch=epoch))
         stale[keeper_auth.DATE_HEADER] = str(int(time.time()) - 3600)
         stale["Authorization"] = _resign(secret, "GET", "/v2/list", stale)
         reply = raw_exchange(keeper.port, request_bytes("GET", "/v2/list", stale))
@@ -128,7 +133,9 @@ def test_idle_trickling_and_stalled_connections_are_closed(tmp_path: Path) -> No
         upload = _file_upload(tmp_path / "blob", "blob")
         txn = json.loads(client.request("POST", "/v2/txn", json.dumps(upload.to_json()).encode()))
         target = f"/v2/txn/{txn['txn']}/0/0"
-        headers = signed(keeper.secret(), "PUT", target, b"")
+        headers = signed(
+            keeper.secret(), "PUT", target, b"", epoch_of(keeper.port, keeper.secret())
+        )
         headers |= {keeper_auth.BODY_HEADER: upload.files["blob"].digest.blocks[0],
                     "Content-Length": str(len(body))}  # fmt: skip
         # (the signature covers the body digest, which the keeper checks against the block's)
@@ -144,7 +151,8 @@ def test_idle_trickling_and_stalled_connections_are_closed(tmp_path: Path) -> No
 def _resign(secret, method: str, target: str, headers: dict[str, str]) -> str:  # noqa: ANN001
     text = keeper_auth._request_text(method, target, headers[keeper_auth.DATE_HEADER],
                                      headers[keeper_auth.NONCE_HEADER],
-                                     headers[keeper_auth.BODY_HEADER])  # fmt: skip
+                                     headers[keeper_auth.BODY_HEADER],
+                                     headers[keeper_auth.EPOCH_HEADER])  # fmt: skip
     return f"{keeper_auth.SCHEME} {secret.sign(text)}"
 
 
@@ -186,7 +194,32 @@ def test_connections_and_requests_beyond_the_caps_are_turned_away(tmp_path: Path
         assert b"Retry-After: 1" in second, second
         health = request_bytes("GET", "/healthz", {"Connection": "close"})
         assert _status(raw_exchange(keeper.port, health)) == 200
-        idle = [procs.wait_until(lambda: held(b""), 60, "an idle connection") for _ in range(2)]
+        # when full, the silent connection that waited longest is closed to make room for
+        # the health check (a flood of silent connections needs no secret)...
+        silent = [procs.wait_until(lambda: held(b""), 60, "a silent one") for _ in range(2)]
+        time.sleep(1.5)  # they have waited long enough to give way
+        procs.wait_until(lambda: _status(raw_exchange(keeper.port, health)) == 200, 60, "room")
+        silent[0].settimeout(10)
+        assert silent[0].recv(100) == b"", "the first silent connection was closed"
+        for sock in (busy, *silent):
+            sock.close()
+
+        def proven_idle() -> socket.socket | None:
+            """A connection that made a request (keeper without a secret: any), now idle."""
+            sock = socket.create_connection(("127.0.0.1", keeper.port), timeout=30)
+            sock.sendall(request_bytes("GET", "/v2/list", {}))
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:  # turned away (503): the busy one has not let go yet
+                    sock.close()
+                    return None
+                reply += chunk
+            return sock
+
+        # ...one that made a request is not: with every connection used, 503 at once
+        idle = [procs.wait_until(proven_idle, 60, "a connection that made a request")
+                for _ in range(3)]  # fmt: skip
 
         def fourth_refused() -> bool:
             seen.append(raw_exchange(keeper.port, health)[:60])
@@ -196,7 +229,7 @@ def test_connections_and_requests_beyond_the_caps_are_turned_away(tmp_path: Path
             procs.wait_until(fourth_refused, 60, "a fourth connection refused at once")
         except AssertionError:
             raise AssertionError(f"{seen[-5:]} {keeper.proc.output()}") from None
-        for sock in (busy, *idle):
+        for sock in idle:
             sock.close()
 
 
@@ -327,3 +360,119 @@ def test_an_unsigned_keeper_and_a_signing_pod_do_not_talk(tmp_path: Path) -> Non
         client = KeeperClient(keeper.url, keeper_auth.Secret(b"0123456789abcdef0123"))
         with pytest.raises(Exception, match="not signed with the job's keeper secret"):
             client.listing()
+
+
+def test_nothing_is_added_linked_or_removed_inside_a_committed_checkpoint(tmp_path: Path) -> None:
+    """Signed clients once could upload a loose file into ckpt-N/ (and plant ckpt-M/COMPLETE,
+    a checkpoint the keeper never checked). A checkpoint's name is committed whole or not at
+    all: a file, a link or a delete under it is refused, whatever its name."""
+    secret_file = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret_file) as keeper:
+        client = keeper.client()
+        pod = tmp_path / "pod"
+        checkpoint(pod, 4)
+        (pod / "x").write_bytes(b"planted")
+        view = scan(pod)
+        client.upload(unit_upload(pod, "ckpt-00000004", view.units["ckpt-00000004"], 3),
+                      {r: pod / r for r in view.units["ckpt-00000004"]})  # fmt: skip
+        for rel, status in (("ckpt-00000004/extra.pt", "400"), ("ckpt-00000099/COMPLETE", "400"),
+                            ("ckpt-00000004.bad/x", "400")):  # fmt: skip
+            with pytest.raises(KeeperRefused, match=status):
+                client.upload(_file_upload(pod / "x", rel), {rel: pod / "x"})
+        with pytest.raises(KeeperRefused, match="403"):
+            client.link("ckpt-00000004/latest", "state.pt")
+        with pytest.raises(KeeperRefused, match="403"):
+            client.delete("ckpt-00000004/state.pt")
+        # a checkpoint of another name (a unit of a script's) is whole as well
+        (pod / "mine").mkdir()
+        (pod / "mine" / "COMPLETE").write_text("done\n")
+        mine = scan(pod).units["mine"]
+        client.upload(unit_upload(pod, "mine", mine, 3), {r: pod / r for r in mine})
+        with pytest.raises(KeeperRefused, match="403"):
+            client.upload(_file_upload(pod / "x", "mine/x"), {"mine/x": pod / "x"})
+        assert sorted(os.listdir(keeper.root / "ckpt-00000004")) == [
+            ".kubeddp-keeper.json", "COMPLETE", "config.yaml", "state.pt"
+        ]  # fmt: skip
+        assert not (keeper.root / "ckpt-00000099").exists()
+        assert client.listing().units.keys() == {"ckpt-00000004", "mine"}
+
+
+def test_a_request_captured_before_a_keeper_restart_is_refused_after_it(tmp_path: Path) -> None:
+    """The keeper remembers nonces in memory only: a captured signed request, sent again after
+    a restart, succeeded once. Each start draws a new epoch, and a request is good only for the
+    epoch it was signed for; the pods learn the new one from a signed refusal and go on."""
+    secret_file = write_secret(tmp_path / "secret")
+    claim, port = tmp_path / "claim", free_port()
+    with keeper_up(claim, tmp_path, secret_file, port=port) as keeper:
+        secret = keeper.secret()
+        (claim / "notes.txt").write_text("first\n")
+        target = "/v2/file/notes.txt"
+        captured = request_bytes(
+            "DELETE", target, signed(secret, "DELETE", target, epoch=epoch_of(port, secret))
+        )
+        assert _status(raw_exchange(port, captured)) == 200
+        assert _status(raw_exchange(port, captured)) == 401, "a replay, the same start"
+        client = keeper.client()
+        client.listing()
+    (claim / "notes.txt").write_text("second\n")
+    with keeper_up(claim, tmp_path, secret_file, port=port):
+        reply = raw_exchange(port, captured)
+        assert _status(reply) == 401 and b"another start of the keeper" in reply, reply
+        assert (claim / "notes.txt").read_text() == "second\n", "the replay deleted nothing"
+        assert "notes.txt" in client.listing().files, "the pod's client learnt the new epoch"
+
+
+def test_a_pod_whose_clock_is_off_signs_with_the_keepers_time_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod clock 1000 s off was refused as a wrong secret (exit 2, fatal), though a retry on
+    another node would have worked. It learns the keeper's time from its signed refusal and
+    says the skew in one line."""
+    secret_file = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret_file) as keeper:
+        lines: list[str] = []
+        client = keeper.client()
+        client.log = lines.append
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() - 1000)  # this process's clock only
+        assert client.listing().units == {}
+        client.listing()
+    assert len(lines) == 1 and "NTP" in lines[0], lines
+    said = re.search(r"this pod's clock is (\d+) s behind the keeper's", lines[0])
+    assert said and 998 <= int(said.group(1)) <= 1001, lines  # the keeper's time is whole seconds
+
+
+def test_a_flood_of_silent_connections_leaves_the_health_check_and_the_pods_served(
+    tmp_path: Path,
+) -> None:
+    """Hundreds of connections that never send a byte, from one address and from many (no
+    secret needed): each address gets at most --max-client-connections (16) and the 17th, the
+    131st and the 300th get the documented 503 at once; when the keeper is full, the silent
+    connection that waited longest gives way, so the health check and a signed request still
+    get through."""
+    secret_file = write_secret(tmp_path / "secret")
+    with keeper_up(tmp_path / "claim", tmp_path, secret_file) as keeper:
+        flood: list[socket.socket] = []
+        turned_away = 0
+        try:
+            for n in range(300):  # one address
+                sock = socket.create_connection(("127.0.0.1", keeper.port), timeout=10,
+                                                source_address=("127.0.0.2", 0))  # fmt: skip
+                flood.append(sock)
+                if n in (16, 130, 299):
+                    reply = sock.recv(200)  # at once: the accepting thread never waits
+                    assert _status(reply) == 503 and b"Retry-After: 1" in reply, (n, reply)
+                    turned_away += 1
+            for host in range(3, 23):  # twenty more addresses, 16 each: 320 more than fit
+                source = (f"127.0.0.{host}", 0)
+                for _ in range(16):
+                    flood.append(socket.create_connection(("127.0.0.1", keeper.port), timeout=10,
+                                                          source_address=source))  # fmt: skip
+            time.sleep(1.5)  # the silent ones have waited long enough to give way
+            health = request_bytes("GET", "/healthz", {"Connection": "close"})
+            assert _status(raw_exchange(keeper.port, health)) == 200
+            assert keeper.client().listing().units == {}, "a signed request is served"
+        finally:
+            for sock in flood:
+                sock.close()
+    assert turned_away == 3

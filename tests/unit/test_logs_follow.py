@@ -230,3 +230,18 @@ def test_follow_of_a_job_that_does_not_exist_is_one_line(tmp_path, monkeypatch) 
         client.logs("nope", follow=True)
     assert err.value.exit_code == 3 and err.value.command == "logs"
     assert "no job named 'nope'" in str(err.value)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_log_stream_whose_answer_never_begins_ends_at_the_request_timeout(
+    transport: str, tmp_path, monkeypatch
+) -> None:
+    """Only connecting was timed: a server that took the request and never sent its headers
+    held `kubeddp logs -f` without a word. Its answer must begin within the request timeout."""
+    from kubeddp.tools.cluster.kube_errors import KubeError
+
+    with fake_cluster(transport, tmp_path, monkeypatch, request_timeout=2) as (api, client):
+        api.route("GET", f"{PODS}/demo-worker-0/log", 200, lambda: api.release.wait(60))
+        with pytest.raises(KubeError, match="did not begin the log within 2s"):
+            client.cluster().stream(f"{PODS}/demo-worker-0/log", [("follow", "true")])
+        api.release.set()

@@ -24,6 +24,7 @@ from kubeddp.trainer.worker.heartbeat import Heartbeat
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.netcheck_plan import GB, MIB, CheckResult, Link, Member, judge
 from kubeddp.trainer.worker.network import write_results
+from kubeddp.trainer.worker.snapshot.taker import Published
 from tests.helpers.metrics import on_step_values
 from tests.helpers.readme import DOCS, doc_section
 
@@ -43,7 +44,8 @@ def _network_check(path: Path) -> None:
 
 def pod_text(tmp_path: Path, pod: int, per_rank: bool) -> str:
     """The /metrics text of pod `pod` of the job while it trains: its 8 ranks past their first
-    log step; pod 0 holds global rank 0, which saved a checkpoint and ran the network check."""
+    log step, its local rank 0 with an in-memory snapshot; pod 0 holds global rank 0, which
+    saved a checkpoint and ran the network check."""
     directory = tmp_path / f"metrics-{pod}-{per_rank}"
     directory.mkdir()
     monkeypatch = pytest.MonkeyPatch()
@@ -62,6 +64,8 @@ def pod_text(tmp_path: Path, pod: int, per_rank: bool) -> str:
             if rank == 0:
                 m.on_checkpoint(duration_seconds=2.0, timestamp=1000.0)
                 _network_check(directory / NETWORK_CHECK_FILE)
+            if local == 0:  # each pod's snapshot writer
+                m.on_snapshot(Published(step=2, nbytes=2**20, seconds=0.1, every=5, timestamp=9.0))
             m.close()
             hb = Heartbeat(watch.directory, rank)
             hb.step_done(2, PHASE_CODE["step"], 0.15)

@@ -13,7 +13,7 @@ import pytest
 
 from kubeddp.tools.cli.main import parse_command
 from kubeddp.tools.manifests.chart import fabric
-from kubeddp.tools.manifests.chart.render import render_documents
+from kubeddp.tools.manifests.chart.render import RenderError, render_documents
 from kubeddp.tools.manifests.chart.render_options import values_from_args
 from kubeddp.tools.manifests.k8s_names import KUEUE_TOPOLOGY_ANNOTATIONS
 from kubeddp.tools.manifests.validate import validate_documents
@@ -120,13 +120,12 @@ def test_a_declared_level_that_admits_the_pods_is_named() -> None:
     assert line.endswith("(podSecurityLevel privileged).")
 
 
-def test_the_devices_replace_a_count_given_in_resources() -> None:
+def test_a_count_of_the_fabric_resource_in_resources_is_refused_not_replaced() -> None:
+    """Two counts of one device (the fabric's and the user's) were one silently replaced."""
     one = '{"limits": {"rdma/ib": "1"}}'
-    docs, _ = render("pytorchjob", "--fabric", "roce", "--fabric-resource", "rdma/ib",
-                     "--fabric-devices", "3", "--resources", one)  # fmt: skip
-    _, container = training_pod(job_of(docs))
-    assert container["resources"]["limits"]["rdma/ib"] == "3"
-    assert container["resources"]["requests"]["rdma/ib"] == "3"
+    with pytest.raises(RenderError, match=r"rdma/ib is also in resources\.limits: the fabric's"):
+        render("pytorchjob", "--fabric", "roce", "--fabric-resource", "rdma/ib",
+               "--fabric-devices", "3", "--resources", one)  # fmt: skip
 
 
 def test_a_capability_the_user_adds_is_kept_once() -> None:

@@ -226,6 +226,7 @@ def test_pytorchjob_is_workers_only_by_default(nodes, capsys):
             "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
         },
         **(keeper_env("pt") if nodes > 1 else {}),
+        C.ENV_SNAPSHOT_DIR: C.POD_SNAPSHOT_DIR,
         **{name: {"fieldRef": {"fieldPath": path}} for name, path in C.DOWNWARD_ENV.items()},
     }
     assert "warning" not in capsys.readouterr().err
@@ -245,7 +246,7 @@ def test_pytorchjob_master_is_one_and_written_workers_are_n_minus_one(nodes, wor
         # the operator sets MASTER_ADDR, RANK, WORLD_SIZE...; kubeddp only the keeper's and the
         # pod/node names
         env = {e["name"] for e in container.get("env", [])}
-        assert env == {*C.DOWNWARD_ENV, *(keeper_env("x") if nodes > 1 else [])}
+        assert env == {*C.DOWNWARD_ENV, C.ENV_SNAPSHOT_DIR, *(keeper_env("x") if nodes > 1 else [])}
     # One line: what the operator adds, what breaks, and both fixes.
     (warning,) = [line for line in err.splitlines() if "warning" in line]
     for word in ("init-pytorch", "restricted", "air-gapped", "--pytorch-init-container-image",
@@ -300,6 +301,7 @@ def test_indexedjob_has_headless_service_and_rendezvous_env(capsys):
         C.ENV_NNODES: "3",
         C.ENV_NPROC_PER_NODE: "2",
         **keeper_env("ix"),  # 3 pods: the keeper
+        C.ENV_SNAPSHOT_DIR: C.POD_SNAPSHOT_DIR,
     }
     assert pod["containers"][0]["name"] == KINDS["indexedjob"].container
     ignored, counted, failing = job["spec"]["podFailurePolicy"]["rules"]

@@ -46,6 +46,7 @@ LANDS_ON = {
     "--cpu-limit": (["--cpu-limit", "9"], {"resources": {"limits": {"cpu": "9"}}}),
     "--memory-limit": (["--memory-limit", "1Gi"], {"resources": {"limits": {"memory": "1Gi"}}}),
     "--shm-size": (["--shm-size", "1Gi"], {"shmSize": "1Gi"}),
+    "--snapshot-size": (["--snapshot-size", "3Gi"], {"memorySnapshots": {"size": "3Gi"}}),
     "--elastic": (
         ["--elastic", "2:5"],
         {"elastic": {"enabled": True, "minNodes": 2, "maxNodes": 5}},

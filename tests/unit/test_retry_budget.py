@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import exit_codes
+from kubeddp.trainer import exit_codes, process_contract
 from kubeddp.trainer.launcher import retry_budget
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, progress_marker
 
@@ -47,6 +47,22 @@ def test_a_new_checkpoint_restores_the_budget(tmp_path: Path) -> None:
     assert failing_start(budget) is None  # restart 1 of 1
     checkpoint(tmp_path, 10, 2_000_000_000_000_000_000)
     assert failing_start(budget) is None  # progress: the count starts again
+    assert budget.record.restarts == 0
+    assert failing_start(budget) is None
+    assert budget.start() is not None
+
+
+def test_rank_0s_note_of_a_snapshot_in_memory_restores_the_budget(tmp_path: Path) -> None:
+    """A job that resumes from a peer's memory after each lost pod advances without a new
+    checkpoint: rank 0's note of its newest in-memory snapshot is progress too (it is hidden:
+    no checkpoint, and no other hidden file, is progress)."""
+    budget = RetryBudget(str(tmp_path), limit=1, pod="p")
+    assert failing_start(budget) is None
+    assert failing_start(budget) is None  # restart 1 of 1
+    process_contract.note_progress(str(tmp_path), 120)
+    note = tmp_path / process_contract.PROGRESS_NOTE
+    os.utime(note, ns=(2_000_000_000_000_000_000,) * 2)
+    assert failing_start(budget) is None
     assert budget.record.restarts == 0
     assert failing_start(budget) is None
     assert budget.start() is not None

@@ -186,3 +186,16 @@ def test_no_running_pod_says_so(tmp_path, monkeypatch) -> None:
         report = client.status("demo")
     assert "progress: no running pod to read /metrics from" in str(report).splitlines()
     assert not [r for r in api.requests if r["path"].endswith("/proxy/metrics")]
+
+
+def test_each_pod_shows_the_age_of_its_snapshot_in_memory() -> None:
+    """The gauges TrainingMetrics.on_snapshot sets on the pod of a snapshot writer."""
+    samples = (
+        ("kubeddp_snapshot_last_timestamp_seconds", {}, 1000.0),
+        ("kubeddp_snapshot_step", {}, 160.0),
+        ("kubeddp_snapshot_size_bytes", {}, 5.5 * 2**20),
+        ("kubeddp_snapshot_interval_steps", {}, 6.0),
+    )
+    line = pod_metrics._pod_snapshot_line(pod_metrics.PodMetrics("p", samples), lambda: 1012.4)
+    assert line == "snapshot in memory: step 160, 5.5 MiB, 0:00:12 old, every 6 steps"
+    assert pod_metrics._pod_snapshot_line(pod_metrics.PodMetrics("p", ())) is None

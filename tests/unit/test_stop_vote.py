@@ -32,17 +32,20 @@ def ctx(request: pytest.FixtureRequest) -> Iterator[DistContext]:
 def test_a_vote_is_acted_on_a_fixed_number_of_steps_later(ctx: DistContext) -> None:
     vote = StopVote(ctx.device, distributed=True, grace_seconds=60)
     cast = [STOP_NONE, STOP_NONE, STOP_SAVE_FAILED, STOP_NONE, STOP_NONE, STOP_NONE, STOP_NONE]
-    seen = [vote.vote(reason) for reason in cast]
-    expected = [STOP_NONE] * VOTE_LAG_STEPS + cast[: len(cast) - VOTE_LAG_STEPS]
+    saves = [False, True, False, False, True, False, False]
+    seen = [vote.vote(reason, save) for reason, save in zip(cast, saves, strict=True)]
+    lag = len(cast) - VOTE_LAG_STEPS
+    expected = list(zip([STOP_NONE] * VOTE_LAG_STEPS + cast[:lag],
+                        [False] * VOTE_LAG_STEPS + saves[:lag], strict=True))  # fmt: skip
     assert seen == expected
     assert VOTE_LAG_STEPS == 2, "the docs promise a stop within two steps"
 
 
 def test_sigterm_wins_and_drain_returns_the_votes_in_flight(ctx: DistContext) -> None:
     vote = StopVote(ctx.device, distributed=True, grace_seconds=60)
-    assert vote.vote(STOP_NONE) == STOP_NONE
+    assert vote.vote(STOP_NONE) == (STOP_NONE, False)
     vote.sigterm = True  # what the handler sets (without starting its exit timer)
-    assert vote.vote(STOP_SAVE_FAILED) == STOP_NONE
+    assert vote.vote(STOP_SAVE_FAILED) == (STOP_NONE, False)
     assert vote.drain() == STOP_PREEMPT
     assert vote.drain() == STOP_NONE, "nothing left in flight"
 
@@ -59,5 +62,5 @@ def test_the_ballots_are_reused(ctx: DistContext) -> None:
 
 def test_alone_the_vote_is_immediate() -> None:
     vote = StopVote(torch.device("cpu"), distributed=False, grace_seconds=60)
-    assert vote.vote(STOP_SAVE_FAILED) == STOP_SAVE_FAILED
+    assert vote.vote(STOP_SAVE_FAILED, True) == (STOP_SAVE_FAILED, True)
     assert vote.drain() == STOP_NONE

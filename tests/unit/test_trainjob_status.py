@@ -264,8 +264,24 @@ def test_a_down_or_hanging_endpoint_fails_the_post_within_its_timeout(
     with pytest.raises(ts.PostFailed, match="ConnectionRefusedError"):
         ts.post(down, body, 5)
     server.hang()
-    with pytest.raises(ts.PostFailed, match="TimeoutError|timed out"):
+    with pytest.raises(ts.PostFailed, match="TimeoutError|timed out|did not end within"):
         ts.post(found, body, 0.3)
+
+
+def test_a_drip_fed_answer_fails_the_post_at_its_total_deadline_and_says_so(
+    server: tss.TrainerStatusServer, tmp_path: Path
+) -> None:
+    """An endpoint that answers 200 and sends its body a byte at a time: every read is within
+    the timeout, so only a deadline for the whole post ends it (the poster's thread once
+    froze there, and progress reporting with it, without a word)."""
+    lines: list[str] = []
+    made = poster(server, tmp_path, lines)
+    server.drip()
+    write(made, 10, 1.7e9)
+    made.send = lambda endpoint, body, timeout: ts.post(endpoint, body, 1.0)
+    assert made.post_latest() == 10.0, "failed: the next try backs off"
+    assert made.failures == 1 and len(lines) == 1
+    assert "TrainJob progress not posted" in lines[0] and "did not end within 1 s" in lines[0]
 
 
 # ---------------------------------------------------------------- the poster

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeddp.tools.cli.client_args import checked_arguments, fits, refusal
 from kubeddp.tools.cli.client_errors import KubeddpError, WaitTimeout, failing_as
 from kubeddp.tools.cluster import job_logs
 from kubeddp.tools.cluster.job_logs import LogLine
@@ -136,6 +138,17 @@ class Client:
     say: Callable[[str], None] = _stderr
     _cluster: Any = field(default=None, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        """The connection's settings typed as annotated (client_args.py): checked at once."""
+        for name in ("kubeconfig", "context", "namespace", "request_timeout"):
+            value, hint = getattr(self, name), _FIELD_TYPES[name]
+            if not (isinstance(value, os.PathLike) and name == "kubeconfig") and not fits(
+                value, hint
+            ):
+                raise refusal("client", name, value, hint)
+        if not callable(self.say):
+            raise refusal("client", "say", self.say, Callable)
+
     def __enter__(self) -> Client:
         return self
 
@@ -187,6 +200,7 @@ class Client:
 
     # ---- manifests -----------------------------------------------------------------------
 
+    @checked_arguments("render")
     def render(
         self,
         kind: str | None = None,
@@ -274,6 +288,7 @@ class Client:
         for warning in document_warnings(docs, source):
             self.say(f"kubeddp {command}: warning: {warning}")
 
+    @checked_arguments("validate")
     def validate(
         self, *files: str, documents: list[dict] | None = None, validate_against: str = "auto"
     ) -> Validated:
@@ -295,6 +310,7 @@ class Client:
                     self._warn("validate", docs, name)
             return Validated(problems, len(all_docs), len(sources))
 
+    @checked_arguments("submit")
     def submit(
         self,
         kind: str | None = None,
@@ -399,6 +415,7 @@ class Client:
             return FoundJob(KINDS[kind], {})
         return find_job(self.cluster(), name, kind)
 
+    @checked_arguments("status")
     def status(self, name: str, kind: str | None = None) -> JobStatus:
         """`kubeddp status NAME`: state, conditions, replicas, progress and each pod. `kind`:
         pytorchjob, trainjob or indexedjob; by default the kind that has a job of that name."""
@@ -406,6 +423,7 @@ class Client:
             found = self._job(name, kind)
             return JobStatus(status_report(self.cluster(), found, name))
 
+    @checked_arguments("wait")
     def wait(
         self,
         name: str,
@@ -428,6 +446,7 @@ class Client:
                 raise WaitTimeout(line, exit_codes.WAIT_TIMEOUT, "wait")
             return JobEnd(state, line)
 
+    @checked_arguments("logs")
     def logs(
         self,
         name: str,
@@ -459,6 +478,7 @@ class Client:
                 lines = job_logs.read_logs(cluster, found.kind, pods, tail)
         return _failing_lines("logs", lines)
 
+    @checked_arguments("delete")
     def delete(self, name: str, kind: str | None = None, *, delete_pvc: bool = False) -> list[str]:
         """`kubeddp delete NAME`: the job, then the objects render made beside it; a line for
         each object deleted. `delete_pvc`: also the checkpoint claim <name>-checkpoints."""
@@ -471,6 +491,7 @@ class Client:
                 done.append(line)
         return done
 
+    @checked_arguments("diagnose")
     def diagnose(self, name: str, kind: str | None = None) -> list[str]:
         """`kubeddp diagnose NAME`: the stall reports in the job's pod logs (none: [])."""
         from kubeddp.tools.cluster.diagnosis import stall_reports
@@ -478,6 +499,9 @@ class Client:
         with failing_as("diagnose"):
             found = self._job(name, kind, read=False)
             return stall_reports(self.cluster(), found.kind, name, self.say)
+
+
+_FIELD_TYPES = typing.get_type_hints(Client)
 
 
 def _failing_lines(command: str, lines: Iterator[Any]) -> Iterator[Any]:

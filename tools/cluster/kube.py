@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from kubeddp.tools.cluster.kube_transport import LogStream, Transport, choose_ku
 from kubeddp.tools.manifests.kinds import KINDS
 from kubeddp.tools.manifests.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.manifests.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
+from kubeddp.trainer.deadline import DeadlineExceeded, call_within
 
 # Imported in functions: only the transport chosen: kubectl_proxy (52 modules: subprocess, http,
 # ssl) or kube_client (the `kube` extra).
@@ -190,26 +190,18 @@ class Cluster:
         otherwise hold the command for as long as it likes. `expect`: the kind (and name) the
         answer must be; anything else is not believed.
         """
-        outcome: dict[str, Any] = {}
-
-        def call() -> None:
-            try:
-                outcome["answer"] = self._request(method, path, query, body, what, text)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=call, daemon=True, name="kubeddp-api-call")
-        worker.start()
-        worker.join(self.total_seconds)
-        if worker.is_alive():  # left behind: a daemon thread, gone with the process
+        try:
+            answer = call_within(
+                self.total_seconds,
+                f"{method} {path}",
+                lambda: self._request(method, path, query, body, what, text),
+            )
+        except DeadlineExceeded:  # left behind: a daemon thread, gone with the process
             raise KubeError(
                 f"the API server at {self.host} did not answer within "
                 f"{self.total_seconds:g}s ({method} {path}: not the whole answer in that time); "
                 "check that the cluster is up, or raise --request-timeout"
-            )
-        if "error" in outcome:
-            raise outcome["error"]
-        answer = outcome["answer"]
+            ) from None
         if expect is not None:
             expect.check(answer, method, path, self.host)
         return answer
@@ -249,10 +241,22 @@ class Cluster:
         return answer
 
     def stream(self, path: str, query: list[tuple[str, Any]]) -> LogStream:
-        """A streaming GET (logs --follow): its lines. Only connecting is timed: a followed
-        log may be quiet for hours. A break mid-stream raises StreamBroken (an OSError)."""
+        """A streaming GET (logs --follow): its lines. Its answer must begin within the
+        request timeout (a server that never sends its headers would hold the command without a
+        word); then a followed log may be quiet for hours. A break mid-stream raises
+        StreamBroken (an OSError)."""
         try:
-            return self.transport.stream(path, query, self.timeout[0])
+            return call_within(
+                self.total_seconds,
+                f"GET {path}",
+                lambda: self.transport.stream(path, query, self.timeout[0]),
+            )
+        except DeadlineExceeded:
+            raise KubeError(
+                f"the API server at {self.host} did not begin the log within "
+                f"{self.total_seconds:g}s (GET {path}); check that the cluster is up, or raise "
+                "--request-timeout"
+            ) from None
         except HttpStatusError as exc:
             raise KubeError(explain(exc, "GET", path, "pods/log"), exc.status) from None
         except Unreachable as exc:

@@ -13,6 +13,7 @@ its line under each running pod whose /metrics it read (None: no line for that p
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -182,8 +183,29 @@ def _pod_network_line(metrics: PodMetrics) -> str | None:
     return "network: " + "; ".join(parts) if parts else None
 
 
+def _pod_snapshot_line(metrics: PodMetrics, now: Callable[[], float] = time.time) -> str | None:
+    """The pod's newest in-memory snapshot of the training state: its step, size and age (by
+    this machine's clock), and the interval between snapshots."""
+    taken = metrics.value("kubeddp_snapshot_last_timestamp_seconds")
+    if not taken:
+        return None
+    parts = [f"snapshot in memory: step {int(metrics.value('kubeddp_snapshot_step') or 0)}"]
+    size = metrics.value("kubeddp_snapshot_size_bytes")
+    if size:
+        parts.append(size_text(int(size)))
+    parts.append(f"{fmt_seconds(max(0.0, now() - taken))} old")
+    every = metrics.value("kubeddp_snapshot_interval_steps")
+    if every:
+        parts.append(f"every {int(every)} steps")
+    return ", ".join(parts)
+
+
 # Lines under each pod, from its own /metrics.
-POD_LINES: list[Callable[[PodMetrics], str | None]] = [_pod_progress_line, _pod_network_line]
+POD_LINES: list[Callable[[PodMetrics], str | None]] = [
+    _pod_progress_line,
+    _pod_snapshot_line,
+    _pod_network_line,
+]
 
 
 def job_progress(read: MetricsRead) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from kubeddp.tools.manifests.patterns import DNS1035, QUANTITY, QUANTITY_FACTORS
 from kubeddp.tools.manifests.resources import POD_MONITOR
 from kubeddp.tools.manifests.schema_checks import KUBERNETES_SCHEMA_VERSION
 from kubeddp.trainer import constants as trainer
-from kubeddp.trainer import exit_codes, storage_rules
+from kubeddp.trainer import exit_codes, state_size, storage_rules
 from kubeddp.trainer.config import CheckpointConfig, config_fields, default_of, range_text
 from kubeddp.trainer.keeper import sizing as keeper_sizing
 
@@ -294,6 +294,9 @@ def chart_constants() -> dict[str, Any]:
         "configKey": names.CONFIG_KEY,
         "scratchDir": trainer.SCRATCH_DIR,
         "shmDir": names.SHM_DIR,
+        "snapshotDirEnv": trainer.ENV_SNAPSHOT_DIR,
+        "podSnapshotDir": trainer.POD_SNAPSHOT_DIR,
+        "snapshotSizing": state_size.constants_for_chart(),
         "entrypoint": list(names.IMAGE_ENTRYPOINT),
         "firstRetryableExitCode": names.FIRST_RETRYABLE_EXIT_CODE,
         "defaultRestartPolicy": CV.DEFAULT_RESTART_POLICY,

@@ -18,6 +18,7 @@ import json
 import os
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +28,8 @@ from urllib.parse import quote, urlsplit
 
 from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import DigestError
+from kubeddp.trainer.deadline import DeadlineExceeded, exchange, shut_connection
+from kubeddp.trainer.endpoints import url_problem
 from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.blocks import receive_block
@@ -39,11 +42,16 @@ from kubeddp.trainer.keeper.protocol import (
     Upload,
 )
 
-REQUEST_TIMEOUT = 60.0
+REQUEST_TIMEOUT = 60.0  # per read; and the whole of a small request's exchange
+MIN_BYTES_PER_SECOND = 1e6  # a block's exchange may take REQUEST_TIMEOUT + its size at this rate
 PARALLEL = 4
 REUSE_SECONDS = 20.0  # the keeper closes a connection idle for 60 s: never reuse one near that
 TRIES = 3
 BUSY_TRIES = 30  # a keeper at its cap of requests in progress answers 503: about a minute
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def busy_pause(attempt: int) -> float:
@@ -68,6 +76,11 @@ class KeeperRefused(KeeperError):
 class KeeperAuthError(KeeperError):
     """The keeper says this pod's requests are not the job's (401), or its replies are not
     signed with the job's secret: a setting to fix, not a failure to retry."""
+
+
+class KeeperStale(KeeperError):
+    """The keeper refused a request as signed for another start of it (its epoch) or another
+    clock, in a reply signed with the job's secret: the client has learnt both; sign again."""
 
 
 class KeeperSettingError(ValueError):
@@ -96,18 +109,41 @@ class KeeperClient:
         timeout: float = REQUEST_TIMEOUT,
         parallel: int = PARALLEL,
     ) -> None:
+        problem = url_problem(constants.ENV_CHECKPOINT_KEEPER, url, ("http",))
+        if problem:
+            raise KeeperSettingError(problem)
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise KeeperSettingError(
-                f"{constants.ENV_CHECKPOINT_KEEPER}={url!r} is not http://HOST:PORT; "
-                "fix or unset it"
-            )
         self.url, self.secret, self.timeout = url, secret, timeout
         self.host, self.port = parts.hostname, parts.port or constants.KEEPER_PORT
         self._idle: queue.LifoQueue[tuple[float, http.client.HTTPConnection]] = queue.LifoQueue()
         self._pool = concurrent.futures.ThreadPoolExecutor(parallel, "kubeddp-keeper")
         self.moved_bytes = 0  # fetched and sent, for the log and the benchmark
         self._count = threading.Lock()
+        # time.monotonic() by which every exchange must end (a starting pod's budget); None:
+        # each has its own deadline only
+        self.deadline: float | None = None
+        # the keeper's epoch and its clock less this one's, learnt from its signed refusals
+        self.epoch, self.offset = "", 0.0
+        self.log: Callable[[str], None] = _stderr
+        self._said_clock = False
+
+    def _seconds(self, size: int = 0) -> float:
+        """The whole exchange's deadline: the request timeout and the size at 1 MB/s, within
+        the client's own deadline (a keeper whose answers never finish must not hold a
+        starting pod past its budget)."""
+        seconds = self.timeout + size / MIN_BYTES_PER_SECOND
+        if self.deadline is not None:
+            seconds = min(seconds, self.deadline - time.monotonic())
+        if seconds <= 0:
+            raise KeeperError(f"keeper {self.url}: the time this pod may wait for it is over")
+        return seconds
+
+    def _exchange(self, conn: http.client.HTTPConnection, what: str, size: int = 0):  # noqa: ANN202
+        """The deadline of one exchange on `conn` (deadline.py): at the deadline its socket is
+        shut and the exchange fails as a cut connection does."""
+        return exchange(
+            self._seconds(size), f"{what} from keeper {self.url}", shut_connection(conn)
+        )
 
     # ---- connections -------------------------------------------------------------------------
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
@@ -136,7 +172,32 @@ class KeeperClient:
     def _headers(self, method: str, target: str, body_sha256: str) -> dict[str, str]:
         if self.secret is None:
             return {}
-        return keeper_auth.request_headers(self.secret, method, target, body_sha256)
+        return keeper_auth.request_headers(
+            self.secret, method, target, body_sha256, self.epoch, self.offset
+        )
+
+    def _learn(self, sent: dict[str, str], answer, data: bytes) -> None:  # noqa: ANN001
+        """A 401 that refused this request for the keeper's epoch or clock, signed with the
+        job's secret: learn both, say a clock that is off (once), and raise KeeperStale so the
+        caller signs again. Any other 401 is left to the caller (a secret that differs)."""
+        if self.secret is None:
+            return
+        nonce = sent.get(keeper_auth.NONCE_HEADER, "")
+        facts = keeper_auth.signed_reply(self.secret, nonce, answer.status, data, answer.headers)
+        if facts is None or facts.refusal not in (keeper_auth.EPOCH, keeper_auth.CLOCK,
+                                                  keeper_auth.FULL):  # fmt: skip
+            return
+        self.epoch = facts.epoch
+        if facts.refusal == keeper_auth.CLOCK and facts.date.isdigit():
+            self.offset = int(facts.date) - time.time()
+            if not self._said_clock:
+                self._said_clock = True
+                self.log(f"[kubeddp] checkpoint keeper {self.url}: this pod's clock is "
+                         f"{abs(self.offset):.0f} s {'behind' if self.offset > 0 else 'ahead of'} "
+                         "the keeper's; requests are signed with the keeper's time (fix the "
+                         "node's clock: NTP)")  # fmt: skip
+        raise KeeperStale(f"keeper {self.url} refused a request signed for its {facts.refusal}; "
+                          "signing again")  # fmt: skip
 
     def _unreachable(self, what: str, exc: BaseException) -> KeeperError:
         return KeeperError(f"keeper {self.url} unreachable ({what}: {exc or type(exc).__name__})")
@@ -145,27 +206,36 @@ class KeeperClient:
     def request(self, method: str, target: str, body: bytes | None = None) -> bytes:
         """One request with a small body; its reply's body (status < 300), else KeeperRefused
         naming the keeper's one line. A keeper busy with other pods (503) is asked again."""
+        stale = 0
         for attempt in range(BUSY_TRIES):
             try:
                 return self._request_once(method, target, body)
+            except KeeperStale:
+                stale += 1
+                if stale >= TRIES:  # the clock moves under it: retried, never fatal
+                    raise
             except KeeperRefused as exc:
                 if exc.status != 503 or attempt == BUSY_TRIES - 1:
                     raise
                 time.sleep(busy_pause(attempt))
-        raise AssertionError("unreachable")
+        raise KeeperError(f"keeper {self.url}: {method} {target.split('?')[0]} not answered")
 
     def _request_once(self, method: str, target: str, body: bytes | None) -> bytes:
         digest = hashlib.sha256(body or b"").hexdigest()
-        headers = self._headers(method, target, digest)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
         for attempt in (1, 2):
+            headers = self._headers(method, target, digest)  # a fresh nonce for each try
+            if body is not None:
+                headers["Content-Type"] = "application/json"
             conn, reused = self._connection()
             try:
-                conn.request(method, target, body=body, headers=headers)
-                answer = conn.getresponse()
-                data = answer.read()
+                with self._exchange(conn, f"{method} {target.split('?')[0]}"):
+                    conn.request(method, target, body=body, headers=headers)
+                    answer = conn.getresponse()
+                    data = answer.read()
                 break
+            except DeadlineExceeded as exc:
+                conn.close()
+                raise KeeperError(str(exc)) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 if reused and attempt == 1 and isinstance(exc, STALE):
@@ -173,6 +243,7 @@ class KeeperClient:
                 raise self._unreachable(f"{method} {target.split('?')[0]}", exc) from None
         self._done(conn, not answer.will_close)
         if answer.status == 401:
+            self._learn(headers, answer, data)
             raise self._refusal(method, target, answer.status, data)
         self._check_reply(headers, answer, data)
         if answer.status >= 300:
@@ -183,7 +254,8 @@ class KeeperClient:
         if self.secret is None or answer.status == 503:
             return
         nonce = sent.get(keeper_auth.NONCE_HEADER, "")
-        if not keeper_auth.reply_is_signed(self.secret, nonce, answer.status, data, answer.headers):
+        facts = keeper_auth.signed_reply(self.secret, nonce, answer.status, data, answer.headers)
+        if facts is None:
             raise KeeperAuthError(
                 f"the answer from {self.url} is not signed with the job's keeper secret: the "
                 "keeper has another secret (or none), or something else answers at that address"
@@ -203,9 +275,10 @@ class KeeperClient:
         """None when the keeper answers its health check; else what happened, in a few words."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=min(self.timeout, 5.0))
         try:
-            conn.request("GET", HEALTH)
-            answer = conn.getresponse()
-            body = answer.read(100)
+            with exchange(min(self.timeout, 5.0), "its health check", shut_connection(conn)):
+                conn.request("GET", HEALTH)
+                answer = conn.getresponse()
+                body = answer.read(100)
             return None if body == b"ok\n" else f"its health check answered {answer.status}"
         except (OSError, http.client.HTTPException) as exc:
             return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -317,15 +390,20 @@ class KeeperClient:
         headers |= {"Range": f"bytes={offset}-{offset + size - 1}", VERSION_HEADER: item.version}
         conn, _ = self._connection()
         try:
-            conn.request("GET", target, headers=headers)
-            answer = conn.getresponse()
+            with self._exchange(conn, f"GET {item.rel}", size):
+                conn.request("GET", target, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read() if answer.status != 206 else b""
+                if answer.status == 206:
+                    algorithm = item.entry.digest.algorithm
+                    got = receive_block(answer.readinto, fd, offset, size, algorithm)
             if answer.status != 206:
-                data = answer.read()
                 self._done(conn, not answer.will_close)
-                if answer.status != 401:
+                if answer.status == 401:
+                    self._learn(headers, answer, data)
+                else:
                     self._check_reply(headers, answer, data)
                 raise self._refusal("GET", target, answer.status, data)
-            got = receive_block(answer.readinto, fd, offset, size, item.entry.digest.algorithm)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise self._unreachable(f"GET {item.rel}", exc) from None
@@ -400,21 +478,24 @@ class KeeperClient:
         headers = self._headers("PUT", target, entry.digest.blocks[block])
         conn, _ = self._connection()
         try:
-            conn.putrequest("PUT", target, skip_accept_encoding=True)
-            for name, value in {**headers, "Content-Length": str(size)}.items():
-                conn.putheader(name, value)
-            conn.endheaders()
-            if size:
-                with open(source, "rb") as file:
-                    if conn.sock is None or conn.sock.sendfile(file, offset, size) != size:
-                        raise ConnectionError(f"{source} ended before its block {block}")
-            answer = conn.getresponse()
-            data = answer.read()
+            with self._exchange(conn, f"sending {source.name}", size):
+                conn.putrequest("PUT", target, skip_accept_encoding=True)
+                for name, value in {**headers, "Content-Length": str(size)}.items():
+                    conn.putheader(name, value)
+                conn.endheaders()
+                if size:
+                    with open(source, "rb") as file:
+                        if conn.sock is None or conn.sock.sendfile(file, offset, size) != size:
+                            raise ConnectionError(f"{source} ended before its block {block}")
+                answer = conn.getresponse()
+                data = answer.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise self._unreachable(f"sending {source.name}", exc) from None
         self._done(conn, not answer.will_close)
-        if answer.status != 401:
+        if answer.status == 401:
+            self._learn(headers, answer, data)
+        else:
             self._check_reply(headers, answer, data)
         if answer.status >= 300:
             raise self._refusal("PUT", target, answer.status, data)

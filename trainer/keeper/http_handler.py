@@ -8,8 +8,12 @@ many there may be, and who may make it.
   and headers are bounded (32 KiB: 431), and so is every body (a block, or 8 MiB of JSON: 413).
 - Time is bounded: the request line and headers must arrive within the idle time, a body at
   no less than 1 MB/s on top of it, and a connection idle that long is closed.
-- At most `max_connections` connections (beyond: 503 at once, closed) and `max_requests`
-  requests in progress (beyond: 503 with Retry-After); /healthz is never refused.
+- At most `max_client_connections` connections from one address and `max_connections` in all:
+  when full, the connection that has waited longest for a request line without ever making a
+  signed one is closed to make room (a flood of silent connections, which needs no secret, must
+  not shut out the health check and the pods); when there is none, 503 at once, never waiting
+  in the accepting thread. At most `max_requests` requests in progress (beyond: 503 with
+  Retry-After); /healthz takes no request slot.
 - A block is sent with sendfile(2): the keeper's CPU does not touch fetched bytes.
 """
 
@@ -63,6 +67,26 @@ class Limits:
     max_header_bytes: int = 32 << 10
     max_connections: int = 128
     max_requests: int = 32
+    # one address (a pod; the kubelet's probes come from the node's): a pod's client holds 5
+    max_client_connections: int = 16
+
+
+# A connection waiting this long for a request line, with no signed request made yet, may be
+# closed to make room for a new one when the keeper is full: a flood of connections that send
+# nothing (no secret needed) must not shut out the health check and the pods.
+EVICT_AFTER_SECONDS = 1.0
+MAX_LINGERING = 64  # refused connections closed gently at once; beyond, closed at once
+
+
+@dataclass
+class Connection:
+    """What the keeper knows of one held connection."""
+
+    client: str  # its address
+    since: float  # when it began to wait for its next request line
+    waiting: bool = True
+    proven: bool = False  # it made a signed request (or any, on a keeper without a secret)
+    evicted: bool = False
 
 
 @dataclass
@@ -76,9 +100,9 @@ class Keeper:
 
 
 class Refused(Exception):
-    def __init__(self, status: int, message: str, close: bool = False) -> None:
+    def __init__(self, status: int, message: str, close: bool = False, code: str = "") -> None:
         super().__init__(message)
-        self.status, self.close = status, close
+        self.status, self.close, self.code = status, close, code  # code: X-Kubeddp-Refusal
 
 
 class DeadlineSocket(io.RawIOBase):
@@ -114,34 +138,89 @@ class HeaderBudget(io.BufferedReader):
 
 
 class KeeperServer(ThreadingHTTPServer):
+    """Threads per connection, within the caps: at most `max_client_connections` from one
+    address and `max_connections` in all; when full, the longest-waiting connection that has
+    made no signed request is closed to make room, and when there is none, 503 at once."""
+
     daemon_threads = True
     request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], keeper: Keeper, log) -> None:  # noqa: ANN001
         self.keeper, self.log = keeper, log
-        self.active = 0
-        self.active_lock = threading.Lock()
+        self.connections: dict[socket.socket, Connection] = {}
+        self.connections_lock = threading.Lock()
+        self.lingering = threading.BoundedSemaphore(MAX_LINGERING)
         self.slots = threading.BoundedSemaphore(keeper.limits.max_requests)
         super().__init__(address, KeeperHandler)
 
     def process_request(self, request, client_address) -> None:  # noqa: ANN001
-        with self.active_lock:
-            full = self.active >= self.keeper.limits.max_connections
-            self.active += 0 if full else 1
+        limits, client = self.keeper.limits, client_address[0]
+        with self.connections_lock:
+            live = [c for c in self.connections.values() if not c.evicted]
+            full = sum(1 for c in live if c.client == client) >= limits.max_client_connections
+            if not full and len(live) >= limits.max_connections:
+                full = not self._evict_one()
+            if not full:
+                self.connections[request] = Connection(client, time.monotonic())
         if full:
-            with contextlib.suppress(OSError):
-                request.settimeout(1.0)
-                request.sendall(BUSY)
-            self.shutdown_request(request)
+            self._turn_away(request)
             return
         super().process_request(request, client_address)
+
+    def _evict_one(self) -> bool:
+        """Close the longest-waiting connection that made no signed request (with the lock)."""
+        now = time.monotonic()
+        idle = [
+            (c.since, sock)
+            for sock, c in self.connections.items()
+            if c.waiting and not c.proven and not c.evicted and now - c.since >= EVICT_AFTER_SECONDS
+        ]
+        if not idle:
+            return False
+        _, sock = min(idle, key=lambda item: item[0])
+        self.connections[sock].evicted = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # its thread's read ends; the thread closes it
+        return True
+
+    def _turn_away(self, request: socket.socket) -> None:
+        """503 at once, never waiting in the accepting thread: the lingering close (so the
+        reply is not reset away) runs in a thread of its own, at most MAX_LINGERING at once."""
+        with contextlib.suppress(OSError):
+            request.setblocking(False)
+            request.send(BUSY)
+        if self.lingering.acquire(blocking=False):
+            threading.Thread(target=self._linger_then_close, args=(request,), daemon=True).start()
+        else:
+            self.close_request(request)
+
+    def _linger_then_close(self, request: socket.socket) -> None:
+        try:
+            with contextlib.suppress(OSError):
+                request.setblocking(True)
+            self.shutdown_request(request)
+        finally:
+            self.lingering.release()
+
+    def waiting(self, request: socket.socket, waits: bool) -> None:
+        with self.connections_lock:
+            found = self.connections.get(request)
+            if found is not None:
+                found.waiting = waits
+                found.since = time.monotonic()
+
+    def proven(self, request: socket.socket) -> None:
+        with self.connections_lock:
+            found = self.connections.get(request)
+            if found is not None:
+                found.proven = True
 
     def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self.active_lock:
-                self.active -= 1
+            with self.connections_lock:
+                self.connections.pop(request, None)
 
     def shutdown_request(self, request) -> None:  # noqa: ANN001
         """A lingering close: what the client still sends is read and dropped for a moment, so
@@ -180,7 +259,8 @@ class KeeperHandler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self.deadline_socket.deadline = time.monotonic() + self.limits.idle_seconds
         self.rfile.budget = self.limits.max_header_bytes
-        self.nonce = ""
+        self.nonce, self.refusal = "", ""
+        self.server.waiting(self.connection, True)
         try:
             super().handle_one_request()
         except (TimeoutError, ConnectionError):
@@ -191,6 +271,7 @@ class KeeperHandler(BaseHTTPRequestHandler):
             self.command, self.requestline, self.request_version = None, "", "HTTP/1.1"
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request line too long")
             return False
+        self.server.waiting(self.connection, False)
         if not super().parse_request():
             return False
         if self.rfile.budget < 0:
@@ -225,11 +306,12 @@ class KeeperHandler(BaseHTTPRequestHandler):
             if not self.server.slots.acquire(blocking=False):
                 raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, "too many requests; retry", True)
             try:
-                self._authorize()
+                self._authorize(length)
                 self._route(length)
             finally:
                 self.server.slots.release()
         except Refused as exc:
+            self.refusal = exc.code
             self._refuse(exc.status, str(exc), exc.close)
         except StoreError as exc:
             self._refuse(exc.status, str(exc), close=self.command == "PUT")
@@ -251,13 +333,18 @@ class KeeperHandler(BaseHTTPRequestHandler):
             raise Refused(HTTPStatus.BAD_REQUEST, f"a {self.command} has no body", close=True)
         return length
 
-    def _authorize(self) -> None:
+    def _authorize(self, length: int) -> None:
         check = self.server.keeper.check
         if check is None:
+            self.server.proven(self.connection)
             return
         problem = check.problem(self.command, self.path, self.headers)
         if problem:
-            raise Refused(HTTPStatus.UNAUTHORIZED, problem, close=True)
+            # a pod learning the epoch or the clock signs again on this connection (unless a
+            # body, never read, follows: it would be taken for the next request)
+            stale = problem.code in (keeper_auth.EPOCH, keeper_auth.CLOCK) and not length
+            raise Refused(HTTPStatus.UNAUTHORIZED, problem.line, not stale, problem.code)
+        self.server.proven(self.connection)
 
     def _route(self, length: int) -> None:
         parts = urlsplit(self.path)
@@ -408,8 +495,11 @@ class KeeperHandler(BaseHTTPRequestHandler):
         check = self.server.keeper.check
         if sign and check is not None:
             digest = hashlib.sha256(body).hexdigest()
-            signature = keeper_auth.reply_signature(check.secret, self.nonce, status, digest)
-            self.send_header(keeper_auth.REPLY_HEADER, signature)
+            facts = check.facts(self.refusal)
+            for name, value in keeper_auth.reply_headers(
+                check.secret, self.nonce, status, digest, facts
+            ).items():
+                self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -420,7 +510,7 @@ class KeeperHandler(BaseHTTPRequestHandler):
         """The one-line reason as the reply (401s and server-side failures in the log too)."""
         if close:
             self.close_connection = True
-        if status >= 500 or status == HTTPStatus.UNAUTHORIZED:
+        if status >= 500 or (status == HTTPStatus.UNAUTHORIZED and self.refusal != "epoch"):
             self.server.log(f"[kubeddp] keeper: {self.command} from {self.client_address[0]} "
                             f"refused ({status}): {message}")  # fmt: skip
         busy = {"Retry-After": "1"} if status == HTTPStatus.SERVICE_UNAVAILABLE else None

@@ -8,12 +8,17 @@
 - a link whose target is relative and stays inside checkpoint.dir is kept as a link;
 - kubeddp's own passing files are not sent: the writer's temporaries and lock, the sync's
   staging, this pod's own records (`.kubeddp-pod/`);
-- anything else (a link out of checkpoint.dir, a FIFO, a name that is not UTF-8) is refused
-  with one line, once: never dropped silently, never a failure of the sync.
+- anything else (a link out of checkpoint.dir, a FIFO, a name that is not UTF-8, files under
+  a checkpoint's name without its COMPLETE marker) is refused with one line, once: never
+  dropped silently, never a failure of the sync.
+
+What a pod fetches is placed a folder at a time without following links (`place`,
+`place_link`): a link in checkpoint.dir, wherever it points, is never written through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from kubeddp.trainer.keeper.protocol import (
     MAX_NAME_BYTES,
     RESERVED_TOP,
     UNIT_RECORD,
+    checkpoint_shaped,
     link_target_inside,
 )
 
@@ -79,6 +85,10 @@ def scan(root: Path) -> LocalView:
             files: dict[str, Stamp] = {}
             _walk(Path(entry.path), rel, view, files, 0, unit=True)
             view.units[rel] = files
+        elif checkpoint_shaped(rel):
+            view.refused[rel] = (
+                "a checkpoint's name without its COMPLETE marker (checkpoints are sent whole)"
+            )
         else:
             _walk(Path(entry.path), rel, view, view.loose, 0, unit=False)
     return view
@@ -139,3 +149,48 @@ def stamp(path: Path) -> Stamp | None:
     except OSError:
         return None
     return (info.st_size, info.st_mtime_ns) if stat.S_ISREG(info.st_mode) else None
+
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def parent_fd(root: Path, rel: str) -> int:
+    """A descriptor of the folder that holds `rel` under `root`, made where missing and walked a
+    part at a time without following a link (OSError where a part is a link or a file): what a
+    pod fetches is never written through a link, wherever a link in checkpoint.dir points."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in rel.split("/")[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def place(root: Path, staged: str, rel: str) -> None:
+    """The top-level file `staged` takes the name `rel` under `root` (one rename, never
+    through a link; a link at `rel` itself is replaced, not followed)."""
+    parent = parent_fd(root, rel)
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.replace(staged, rel.rsplit("/", 1)[-1], src_dir_fd=top, dst_dir_fd=parent)
+    finally:
+        os.close(top)
+        os.close(parent)
+
+
+def place_link(root: Path, rel: str, target: str, temp: str) -> None:
+    """A link at `rel` to `target` (made as `temp` beside it, then renamed over)."""
+    parent = parent_fd(root, rel)
+    try:
+        os.symlink(target, temp, dir_fd=parent)
+        os.replace(temp, rel.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        os.close(parent)

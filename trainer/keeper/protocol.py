@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from kubeddp.trainer.checkpoint_digest import DigestError, FileDigest
+from kubeddp.trainer.process_contract import PROGRESS_NOTE
 
 API = "/v2"
 HEALTH = "/healthz"
@@ -80,6 +81,17 @@ def link_target_inside(link: str, target: str) -> bool:
         return False
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
     return joined != ".." and not joined.startswith("../") and joined != "."
+
+
+def checkpoint_shaped(rel: str) -> bool:
+    """Whether `rel` lies under a checkpoint's name (`ckpt-N`, or one set aside: `.bad`,
+    `.previous-TIME`): a checkpoint is committed whole, with its COMPLETE marker, and nothing
+    is ever added to it, linked into it or removed from it a file at a time."""
+    top = rel.split("/", 1)[0]
+    found = re.match(r"^ckpt-\d+", top)
+    return found is not None and (
+        top == found.group(0) or bool(ASIDE_SUFFIX.match(top[found.end() :]))
+    )
 
 
 def step_of(name: str) -> int | None:
@@ -156,6 +168,9 @@ class Upload:
         elif kind == "file":
             if list(files) != [name]:
                 raise DigestError(f"a file upload holds exactly {name!r}")
+            if checkpoint_shaped(name):
+                raise DigestError(f"{name!r} lies in a checkpoint, which is sent whole, never a "
+                                  "file at a time")  # fmt: skip
         else:
             raise DigestError(f"kind {kind!r} is neither unit nor file")
         return cls(kind, name, files, keep)
@@ -198,7 +213,8 @@ class Listing:
 
     def newest_mtime_ns(self) -> int:
         """The newest time a file was written, as the retry budget counts progress (hidden
-        names left out, as retry_budget.progress_marker does on a disk)."""
+        names left out, as retry_budget.progress_marker does on a disk, but for rank 0's note
+        of its newest in-memory snapshot)."""
         times = [
             entry.mtime_ns
             for files in ([*u[1].items()] for u in self.units.values())
@@ -208,7 +224,7 @@ class Listing:
         times += [
             entry.mtime_ns
             for rel, (_, entry) in self.files.items()
-            if not any(part.startswith(".") for part in rel.split("/"))
+            if rel == PROGRESS_NOTE or not any(part.startswith(".") for part in rel.split("/"))
         ]
         return max(times, default=0)
 

@@ -113,6 +113,8 @@ def keeper_parser() -> OneLineErrorParser:
     p.add_argument("--idle-seconds", type=number(float, 0.1, high=3600), default=60.0,
                    help="a connection silent this long is closed")  # fmt: skip
     p.add_argument("--max-connections", type=number(int, 1, high=100_000), default=128)
+    p.add_argument("--max-client-connections", type=number(int, 1, high=100_000), default=16,
+                   help="connections from one address (a pod)")  # fmt: skip
     p.add_argument("--max-requests", type=number(int, 1, high=10_000), default=32)
     return p
 
@@ -127,7 +129,8 @@ def keeper_main(argv: list[str]) -> int:
         print(f"kubeddp keeper: error: {exc}", file=sys.stderr)
         return exit_codes.BAD_INPUT
     limits = Limits(idle_seconds=args.idle_seconds, max_connections=args.max_connections,
-                    max_requests=args.max_requests)  # fmt: skip
+                    max_requests=args.max_requests,
+                    max_client_connections=args.max_client_connections)  # fmt: skip
     try:
         server = serve(root, args.bind, args.port, secret, args.keep, limits)
     except OSError as exc:

@@ -37,6 +37,7 @@ from kubeddp.trainer.keeper.protocol import (
     UNIT_RECORD,
     FileEntry,
     Listing,
+    checkpoint_shaped,
     link_target_inside,
     step_of,
 )
@@ -244,7 +245,7 @@ class Store:
     def delete(self, rel: str) -> bool:
         """Remove a loose file or link; a checkpoint directory is the keeper's to prune."""
         parts = rel.split("/")
-        if self.is_unit(parts[0]):
+        if self.is_unit(parts[0]) or checkpoint_shaped(rel):
             raise StoreError(403, f"{parts[0]} is a checkpoint; the keeper prunes checkpoints "
                              "to checkpoint.keep, pods never delete them")  # fmt: skip
         try:
@@ -282,6 +283,8 @@ class Store:
         """A symbolic link at `rel` to `target` (relative, inside): made beside, renamed in."""
         if not link_target_inside(rel, target):
             raise StoreError(400, f"link {rel} -> {target!r} points outside the directory")
+        if checkpoint_shaped(rel) or self.is_unit(rel.split("/")[0]):
+            raise StoreError(403, f"link {rel} lies in a checkpoint, which is committed whole")
         parts = rel.split("/")
         temp = f"link-{uuid.uuid4().hex}"
         parent = self.dir_fd(parts[:-1], create=True)

@@ -51,6 +51,8 @@ from kubeddp.trainer.keeper.protocol import (
     FileEntry,
     Listing,
     Upload,
+    checkpoint_shaped,
+    link_target_inside,
     step_of,
 )
 from kubeddp.trainer.keeper.reach import SAY_EVERY_SECONDS, say_seconds, wait_for_keeper
@@ -130,8 +132,11 @@ class CheckpointSync:
             staging = self.root / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
             try:
                 self.client.fetch([Fetch(rel, version, entry, staging)])
-                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staging, self.root / rel)
+                keeper_local.place(self.root, staging.name, rel)
+            except OSError as exc:  # a part of its path is a link or a file here
+                self._say_once(f"fetch:{rel}", f"not fetched: {rel}: {exc.strerror or exc} "
+                               "(a part of its path here is a link or a file)")  # fmt: skip
+                continue
             finally:
                 staging.unlink(missing_ok=True)
             self.sent[rel] = (entry.digest.size, entry.mtime_ns)
@@ -142,16 +147,22 @@ class CheckpointSync:
         if not self.settings.reads:
             return
         for rel, target in listing.links.items():
+            if not link_target_inside(rel, target) or checkpoint_shaped(rel):
+                self._say_once(f"link:{rel}", f"not recreated: the keeper lists {rel} -> "
+                               f"{target[:200]!r}, which leaves checkpoint.dir or lies in a "
+                               "checkpoint (someone wrote the keeper's volume)")  # fmt: skip
+                continue
             path = self.root / rel
             if os.path.islink(path) and os.readlink(path) == target:
                 self.links[rel] = target
                 continue
             if os.path.lexists(path) and not os.path.islink(path):
                 continue  # a file or directory of this pod's has the name: it wins
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.parent / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
-            os.symlink(target, temp)
-            os.replace(temp, path)
+            try:
+                keeper_local.place_link(self.root, rel, target, f"{SYNC_PREFIX}{uuid.uuid4().hex}")
+            except OSError as exc:  # a part of its path is a link or a file here
+                self._say_once(f"link:{rel}", f"not recreated: {rel}: {exc.strerror or exc}")
+                continue
             self.links[rel] = target
 
     def _fetch_newest(self, listing: Listing) -> str | None:
@@ -176,8 +187,10 @@ class CheckpointSync:
         try:
             self.client.fetch([Fetch(rel, version, e, staging / rel) for rel, e in files.items()])
             target = self.root / name
-            if os.path.lexists(target):
-                shutil.rmtree(target) if target.is_dir() else target.unlink()
+            if os.path.islink(target) or (os.path.lexists(target) and not target.is_dir()):
+                target.unlink()  # a link is removed, never followed
+            elif os.path.lexists(target):
+                shutil.rmtree(target)
             os.replace(staging / name, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -474,8 +487,13 @@ def start_from_env(
     interval = sync_seconds(env)
     wait_for_keeper(client, deadline_seconds, log, unreachable_limit, say_seconds(env))
     end = time.monotonic() + deadline_seconds
+    client.log = log
     sync = CheckpointSync(client, Path(checkpoint_dir), log, settings)
-    fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
+    client.deadline = end  # every exchange of the start ends within the pod's budget
+    try:
+        fetched = within(max(0.0, end - time.monotonic()), log, sync.fill)
+    finally:
+        client.deadline = None
     log(
         f"[kubeddp] checkpoint keeper {client.url}: "
         + (f"fetched {fetched} into {checkpoint_dir}" if fetched else "nothing fetched")

@@ -78,6 +78,10 @@ class Uploads:
     # ---- begin / abort -----------------------------------------------------------------------
     def begin(self, upload: Upload) -> str:
         self.expire()
+        top = upload.name.split("/")[0]
+        if upload.kind == "file" and self.store.is_unit(top):
+            raise StoreError(403, f"{upload.name} lies in checkpoint {top}, which is committed "
+                             "whole; a file is never added to it")  # fmt: skip
         free = shutil.disk_usage(self.store.root).free
         if upload.size + FREE_MARGIN > free:
             raise StoreError(507, f"{upload.name} needs {upload.size / 1e6:.1f} MB and the "
@@ -191,6 +195,9 @@ class Uploads:
                 self._place_unit(staged)
             else:
                 self._place_file(staged)
+        except StoreError:
+            self.abort(txn)
+            raise
         except OSError as exc:
             self.abort(txn)
             raise storage_error(exc, f"committing {upload.name}") from None
@@ -220,6 +227,9 @@ class Uploads:
     def _place_file(self, staged: Staged) -> None:
         rel = staged.upload.name
         parts = rel.split("/")
+        if self.store.is_unit(parts[0]):  # a checkpoint of any name is committed whole
+            raise StoreError(403, f"{rel} lies in checkpoint {parts[0]}, which is committed "
+                             "whole; a file is never added to it")  # fmt: skip
         parent = self.store.dir_fd(parts[:-1], create=True)
         source = os.open(staged.folder, os.O_RDONLY | os.O_DIRECTORY)
         try:

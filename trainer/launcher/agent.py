@@ -88,9 +88,10 @@ def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
 
 
 def worker_exit_code(exitcode: int) -> int:
-    """A worker's exit code as the pod would show it: torch reports a death by signal N as -N;
-    a shell or container runtime shows it as 128 + N."""
-    return 128 - exitcode if exitcode < 0 else exitcode
+    """A worker's exit code as the table names it (exit_codes.py): torch reports a death by
+    signal N as -N, which is KILLED, PREEMPTED or INTERRUPTED for their signals and CRASHED for
+    any other (SIGABRT, SIGSEGV...: a shell would show 128 + N, a code no row names)."""
+    return exit_codes.for_signal(-exitcode) if exitcode < 0 else exit_codes.documented(exitcode)
 
 
 # What torch's agent does to the other workers once one failed (SIGTERM, then SIGKILL after the
@@ -155,16 +156,22 @@ class Outcome:
     reason: str = ""
 
 
-def first_failed(exc: BaseException) -> str:
-    """`; local rank R (pid P) failed first`: the earliest worker that failed on its own (the
-    others were stopped by the agent), for the one line that says why the group ended."""
+def first_failed(exc: BaseException, chosen: int | None = None) -> str:
+    """`; local rank R (pid P) failed first (died by SIGABRT)`: the earliest worker that failed
+    on its own (the others were stopped by the agent) with the pod's code (`chosen`) where one
+    did, for the one line that says why the group ended."""
     failures = getattr(exc, "failures", {}) or {}
     ordered = sorted(failures.items(), key=lambda item: (getattr(item[1], "timestamp", 0), item[0]))
-    for rank, failure in ordered:
-        code = worker_exit_code(int(getattr(failure, "exitcode", 1)))
-        if code != exit_codes.OK and code not in STOPPED_BY_AGENT:
+    codes = [worker_exit_code(int(getattr(f, "exitcode", 1))) for _, f in ordered]
+    wanted = chosen if chosen in codes else None
+    for (rank, failure), code in zip(ordered, codes, strict=True):
+        if code != exit_codes.OK and code not in STOPPED_BY_AGENT and wanted in (None, code):
             pid = getattr(failure, "pid", None)
-            return f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + " failed first"
+            raw = int(getattr(failure, "exitcode", 1))
+            how = f"died by {signal_name(-raw)}" if raw < 0 else f"exited {raw}"
+            return (
+                f"; local rank {rank}" + (f" (pid {pid})" if pid else "") + f" failed first ({how})"
+            )
     return ""
 
 
@@ -209,7 +216,7 @@ def run_agent(
     except ChildFailedError as exc:
         return _group_failed(exc, exited_dir)
     except SignalException as exc:
-        code = 128 + int(exc.sigval)
+        code = exit_codes.for_signal(int(exc.sigval))
         _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
              f"{exit_codes.describe(code)}")  # fmt: skip
         return Outcome(code, False, f"stopped by {signal_name(exc.sigval)}: exit code {code}")
@@ -259,9 +266,9 @@ def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
         return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
     reason = f"workers failed: exit code {exit_codes.describe(code)}"
     _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
-         f"{exit_codes.describe(code)}{first_failed(exc)}; see the worker output "
+         f"{exit_codes.describe(code)}{first_failed(exc, code)}; see the worker output "
          "above")  # fmt: skip
-    return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc))
+    return Outcome(code, code in REJOIN_CODES, reason + first_failed(exc, code))
 
 
 def _returned_early(exc: BaseException, exited_dir: Path) -> list[int]:

@@ -16,6 +16,8 @@ import signal
 from types import FrameType
 from typing import Any
 
+from kubeddp.trainer import exit_codes
+
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -60,18 +62,18 @@ def restore(previous: dict[int, Any]) -> None:
 
 
 def exit_code_of(exc: BaseException) -> int | None:
-    """128 + N for a signal turned into an exception (ours or torchrun's), else None."""
+    """The code of a signal turned into an exception (ours or torchrun's), else None."""
     if isinstance(exc, Terminated):
-        return 128 + exc.sigval
+        return exit_codes.for_signal(exc.sigval)
     if type(exc).__name__ == "SignalException" and hasattr(exc, "sigval"):
-        return 128 + int(exc.sigval)
+        return exit_codes.for_signal(int(exc.sigval))  # torch's: SIGHUP, SIGQUIT as well
     return None
 
 
 def pending_code() -> int | None:
     """128 + N when a signal arrived while code that swallows exceptions ran (torch's own
     imports catch some): launch checks this before it starts the workers."""
-    return 128 + RECEIVED[0] if RECEIVED else None
+    return exit_codes.for_signal(RECEIVED[0]) if RECEIVED else None
 
 
 def ignore() -> None:

@@ -21,6 +21,7 @@ from kubeddp.trainer.config import ConfigError, add_config_options
 from kubeddp.trainer.launcher import command_name, end_signals, scratch, torch_check, torchrun_cli
 from kubeddp.trainer.launcher.launch_plan import (
     MAX_RDZV_WAIT_SECONDS,
+    checked_settings,
     dry_run,
     plan_launch,
     preflight,
@@ -151,14 +152,14 @@ def parse_command_line(
 
 
 def launch_main(argv: list[str]) -> int:
-    """A SIGTERM/SIGINT at any moment ends launch with 128 + N (end_signals.py)."""
+    """A SIGTERM/SIGINT at any moment ends launch with its code (end_signals.py)."""
     return _with_end_signals(lambda: _launch(argv))
 
 
 def _with_end_signals(body: Callable[[], int]) -> int:
     previous = end_signals.install()
     try:
-        return body()
+        return _documented(body())
     except Exception as exc:
         code = end_signals.exit_code_of(exc)
         if code is None:
@@ -166,6 +167,17 @@ def _with_end_signals(body: Callable[[], int]) -> int:
         return code
     finally:
         end_signals.restore(previous)  # launch may run inside a test; at exit: ignored
+
+
+def _documented(code: int) -> int:
+    """The pod's code as the exit-code table names it: a code of 128 or more that no row names
+    (a program's own choice under torchrun, or a path that kept a signal's 128 + N) is CRASHED,
+    said in one line: the operators act on the table's codes alone."""
+    named = exit_codes.documented(code)
+    if named != code:
+        _log(f"[kubeddp] exit code {code} is not one of kubeddp's: exit code "
+             f"{exit_codes.describe(named)} (docs/exit-codes.md)")  # fmt: skip
+    return named
 
 
 def _launch(argv: list[str]) -> int:
@@ -192,6 +204,10 @@ def launch_with(
         return _bad_input(exc)
     warnings()
     if args.dry_run:
+        try:  # what the real start would refuse, a dry run refuses (no wait, no process)
+            checked_settings(args, launch_plan, env)
+        except (ConfigError, RendezvousError) as exc:
+            return _bad_input(exc)
         return dry_run(launch_plan)
     try:
         cfg, deadline = preflight(args, launch_plan, env)

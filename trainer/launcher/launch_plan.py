@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubeddp.trainer import constants
+from kubeddp.trainer import constants, endpoints
 from kubeddp.trainer.config import (
     Config,
     ConfigError,
@@ -177,22 +177,41 @@ def dry_run(launch_plan: LaunchPlan) -> int:
     return 0
 
 
-def preflight(
+def checked_settings(
     args: argparse.Namespace, launch_plan: LaunchPlan, env: Mapping[str, str]
 ) -> tuple[Config, float]:
-    """The config and the rendezvous wait, checked before any wait or process starts; raises
-    ConfigError, RendezvousError or ScratchError."""
+    """The config and the rendezvous wait, every key and value checked: what a dry run checks
+    too (an unknown config key is refused there, as it would be at the real start)."""
+    options = launch_plan.options
+    path = options.config or env.get(constants.ENV_CONFIG)
+    if args.dry_run and path and not os.path.exists(path):
+        # the image's or the ConfigMap's file, not on this machine: the overrides are checked
+        _log(f"[kubeddp] note: config file {path} is not on this machine (it may be in the "
+             "image or the pod's ConfigMap): only the --set overrides are checked")  # fmt: skip
+        options = argparse.Namespace(config=None, overrides=options.overrides)
+        env = {k: v for k, v in env.items() if k != constants.ENV_CONFIG}
     # Loaded here, not in each worker: a typo is one line now, not a traceback per worker.
-    cfg = load_config_options(launch_plan.options, env)
+    cfg = load_config_options(options, env)
     problem = _compile_problem(cfg.train, cfg.ddp) if launch_plan.program is None else None
     if problem:
         raise ConfigError(problem)
+    for problem in endpoints.problems(env, cfg.checkpoint.dir):  # the keeper's, S3's
+        raise ConfigError(problem)
+    trainjob_status.check_env(env)
+    return cfg, _rdzv_deadline(args.rdzv_wait, env)
+
+
+def preflight(
+    args: argparse.Namespace, launch_plan: LaunchPlan, env: Mapping[str, str]
+) -> tuple[Config, float]:
+    """The config and the rendezvous wait, checked before any wait or process starts, and the
+    machine's scratch space; raises ConfigError, RendezvousError or ScratchError."""
+    settings = checked_settings(args, launch_plan, env)
     # launch's agent and its workers write to /tmp: read-only or full, each worker would fail
     problem = scratch.problem() if launch_plan.rdzv.source != "torchrun" else None
     if problem:
         raise scratch.ScratchError(problem)
-    trainjob_status.check_env(env)
-    return cfg, _rdzv_deadline(args.rdzv_wait, env)
+    return settings
 
 
 def _rdzv_deadline(flag: float | None, env: Mapping[str, str]) -> float:

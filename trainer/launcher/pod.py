@@ -16,7 +16,13 @@ from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.config import Config
 from kubeddp.trainer.keeper import pod as keeper_pod
 from kubeddp.trainer.keeper import sync as checkpoint_sync
-from kubeddp.trainer.launcher import command_name, end_signals, finished_run, trainjob_status
+from kubeddp.trainer.launcher import (
+    command_name,
+    end_signals,
+    finished_run,
+    snapshot_dir,
+    trainjob_status,
+)
 from kubeddp.trainer.launcher.agent import Outcome, run_agent
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (
@@ -76,6 +82,7 @@ def run_launch(
     finally:
         if sync is not None:  # the workers have exited: their last files go to the keeper
             code = keeper_pod.finish(sync, env, cfg.checkpoint.preempt_grace_seconds, code, _log)
+        snapshot_dir.remove_when_done(cfg.checkpoint.dir, plan, env, code)
     return code
 
 
@@ -240,22 +247,28 @@ def _train(
             refusal = budget.start()
             if refusal:
                 return Outcome(exit_codes.RETRIES_EXHAUSTED, reason=refusal)
-            _log(
-                f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins "
-                f"the rendezvous ({budget.restarts_left()} restarts left without progress)"
-            )
+            _say_rejoin(outcome, budget)
             wait_for_rendezvous_host(plan, deadline, _log)
             if refresh is not None:  # the keeper's newest files, as a recreated pod gets them
                 refresh()
+            os.environ[process_contract.ENV_REJOINED] = "1"  # the agent passes it on
             outcome = agent()
     except (RendezvousHostUnreachable, RoundTimeout) as exc:
         return Outcome(exit_codes.RDZV_UNREACHABLE, reason=str(exc))
     except checkpoint_sync.KeeperError as exc:  # the keeper went away between two rounds
         return Outcome(exit_codes.STORAGE_UNREACHABLE, reason=str(exc))
     except SignalException as exc:  # torch's handlers stay installed between two runs
-        code = 128 + int(exc.sigval)
+        code = exit_codes.for_signal(int(exc.sigval))
         return Outcome(code, reason=f"stopped by signal {int(exc.sigval)}: exit code {code}")
     return outcome
+
+
+def _say_rejoin(outcome: Outcome, budget: RetryBudget) -> None:
+    left = f" ({budget.restarts_left()} restarts left without progress)" if budget.limit else ""
+    _log(
+        f"[kubeddp] a peer was lost ({outcome.reason}): this pod stays up and rejoins the "
+        f"rendezvous{left}"
+    )
 
 
 def program_workdir(program: Program | None, checkpoint_dir: str, env: Mapping[str, str]) -> None:

@@ -9,7 +9,9 @@ the newest checkpoint stayed the same. A job that saves checkpoints keeps its bu
 often it is preempted; a worker that is OOM-killed at every start ends the job.
 
 Progress is the newest modification time of a file under checkpoint.dir (hidden names left
-out): a new checkpoint of the built-in trainer, or anything a user's program saves there.
+out): a new checkpoint of the built-in trainer, or anything a user's program saves there; and
+rank 0's note of its newest in-memory snapshot (process_contract.PROGRESS_NOTE), so a job that
+resumes from a peer's memory after each lost pod keeps its budget.
 A start counts as a restart when the previous one failed in a way that is retried (>= 128) or
 never said how it ended (the pod was killed); a finished run removes the record, and Ctrl-C
 (130) or a fatal exit do not count.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kubeddp.trainer import exit_codes, storage_rules
+from kubeddp.trainer import exit_codes, process_contract, storage_rules
 
 RECORD_DIR = ".kubeddp-retries"
 # The kubelet mounts a file here (the container's terminationMessagePath, this by default) and
@@ -149,7 +151,7 @@ class RetryBudget:
         if not self.enabled:
             return None
         previous = self._load()
-        progress = self.progress()
+        progress = max(self.progress(), process_contract.progress_noted(str(self.checkpoint_dir)))
         if (
             previous is None
             or progress > previous.progress_ns

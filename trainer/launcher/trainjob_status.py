@@ -38,6 +38,7 @@ from kubeddp.trainer import constants
 from kubeddp.trainer import process_contract as status_record
 from kubeddp.trainer.common import one_line
 from kubeddp.trainer.config import ConfigError
+from kubeddp.trainer.deadline import exchange, shut_connection
 from kubeddp.trainer.launcher import scratch
 
 # Imported in functions: http.client and ssl (6 modules), only on a TrainJob whose status is posted:
@@ -179,10 +180,11 @@ def post(endpoint: StatusEndpoint, body: dict[str, Any], timeout: float) -> None
     connection = http.client.HTTPSConnection(
         endpoint.host, endpoint.port, context=context, timeout=timeout
     )
-    try:
-        connection.request("POST", endpoint.path, body=data, headers=headers)
-        answer = connection.getresponse()
-        reply = answer.read(4096)
+    try:  # `timeout` bounds each read and the whole post (a drip-fed answer: deadline.py)
+        with exchange(timeout, "the post", shut_connection(connection)):
+            connection.request("POST", endpoint.path, body=data, headers=headers)
+            answer = connection.getresponse()
+            reply = answer.read(4096)
     except (OSError, http.client.HTTPException) as exc:
         raise PostFailed(one_line(exc)) from None
     finally:

@@ -234,13 +234,29 @@ class PowerSGD:
         return {"iter": self.state.iter, "params": params}
 
     def load_rank_states(self, states: list[Any], rank: int, world_size: int) -> None:
-        """This rank's state at the same world size (where rank i's error feedback is rank i's
-        to continue); else PowerSGD starts afresh, at the saved step count."""
-        if not states or len(states) <= rank or not states[rank]:
+        """At the same world size: this rank's state (rank i continues rank i's error
+        feedback). At another: every rank takes the saved step count (a rank that kept 0 would
+        all-reduce whole buckets while the others sent PowerSGD's factors: gloo aborts on the
+        size mismatch) and the warm-start Q factors, which every rank holds equal after each
+        step's all-reduce; each rank's error feedback is its own and starts at zero."""
+        saved = [state for state in states if state]
+        if not saved:
             return
-        mine = states[rank] if len(states) == world_size else {"iter": states[0]["iter"]}
+        same = len(states) == world_size and rank < len(states) and states[rank]
+        mine = states[rank] if same else saved[0]
         self.state.iter = int(mine["iter"])
         for d in self._dicts().values():
             d.clear()
         self.layout.clear()
-        self.kept = {int(i): dict(d) for i, d in mine.get("params", {}).items()}
+        params = mine.get("params", {})
+        if same:
+            self.kept = {int(i): dict(d) for i, d in params.items()}
+            return
+        self.kept = {int(i): {"q": d["q"]} for i, d in params.items() if "q" in d}
+        if rank == 0:
+            line = (
+                f"[kubeddp] ddp.comm_hook powersgd: the checkpoint was written by {len(states)} "
+                f"workers, this run has {world_size}: its warm-start factors are restored, each "
+                "worker's error feedback starts at zero"
+            )
+            print(line, flush=True)

@@ -133,12 +133,12 @@ def teardown(barrier: bool = True) -> None:
         dist.destroy_process_group()
 
 
-def gather_objects(obj: Any) -> list[Any]:
-    """Every rank's `obj`, in rank order, on every rank (collective)."""
+def gather_objects(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank (collective over `group`, else all)."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
     return out
 
 

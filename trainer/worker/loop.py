@@ -56,6 +56,7 @@ from kubeddp.trainer.worker.preemption import (
 from kubeddp.trainer.worker.progress import Progress
 from kubeddp.trainer.worker.sampler import ResumableDistributedSampler
 from kubeddp.trainer.worker.schedule import build_optimizer, build_scheduler
+from kubeddp.trainer.worker.snapshot.taker import for_worker as snapshots_for_worker
 from kubeddp.trainer.worker.status_feed import for_rank as status_feed_for_rank
 from kubeddp.trainer.worker.steps import TrainState, epoch_steps, micro_batches, steps_left
 from kubeddp.trainer.worker.versions import runtime_versions
@@ -139,16 +140,25 @@ class Trainer:
             "sample_record": SampleRecordPart(sample_ids) if sample_ids else None,
             "comm_hook": self.comm_hook.part if self.comm_hook else None,  # PowerSGD's state
         }
+        run = RunInfo(cfg.model_hash(), cfg.config_hash(), cfg.to_yaml(), t.seed)
         self.checkpoints = CheckpointManager(
             cfg.checkpoint,
             ctx,
-            RunInfo(cfg.model_hash(), cfg.config_hash(), cfg.to_yaml(), t.seed),
+            run,
             {name: part for name, part in parts.items() if part is not None},
             metrics=self.metrics,
             log=self.progress.log,
             before_save=self._settle_first_loss,
+            snapshots=snapshots_for_worker(
+                cfg.checkpoint,
+                ctx.device,
+                {"model_hash": run.model_hash, "seed": run.seed},
+                self.progress.log,
+                self._on_snapshot,
+            ),
             after_save=self.curves.on_checkpoint,
         )
+        self.checkpoints.guard_updates(self.optimizer)
         self.evaluator = Evaluator(
             self.workload, t, ctx, self.model, self.raw_model, self.amp_dtype, self.progress.log
         )
@@ -159,6 +169,11 @@ class Trainer:
         )
         self.diag.watch(self.model, self.comm_hook)
         self._copies_checked = ctx.device.type != "cuda"
+
+    def _on_snapshot(self, published: Any) -> None:
+        """An in-memory snapshot is whole (called from the snapshot thread)."""
+        self.metrics.on_snapshot(published)
+        self.checkpoints.on_snapshot(published)
 
     def _plan_total_steps(self) -> int:
         """The step this run ends at, planned from where it stands at this world size."""
@@ -173,6 +188,7 @@ class Trainer:
         """Train to the end (or until preempted); return the process exit code."""
         with self.stop_vote.catching_sigterm():
             self.state = self.checkpoints.resume() or self.state
+            self.checkpoints.start_snapshots(self.state.step)
             self.total_steps = self._plan_total_steps()
             self.metrics.on_plan(self.total_steps)
             self.progress.log(self._describe_run())
@@ -387,7 +403,9 @@ class Trainer:
     def _after_step(self) -> int:
         """Act on the ranks' stop vote, then let evaluation and checkpoints take their turn."""
         self.checkpoints.check_writer()
-        stop = self.stop_vote.vote(self.checkpoints.stop_reason)
+        stop, save_due = self.stop_vote.vote(
+            self.checkpoints.stop_reason, self.checkpoints.save_due()
+        )
         if stop == STOP_PREEMPT:
             self.progress.log(
                 f"[kubeddp] {self.stop_vote.signal_name}: saving a checkpoint at step "
@@ -395,6 +413,7 @@ class Trainer:
             )
             self.stop_vote.drain()
             self.checkpoints.save(self.state, blocking=True)
+            self.checkpoints.maybe_snapshot(self.state, now=True)  # the peers that stay hold it
             raise Preempted(self.stop_vote.exit_code)
         if stop == STOP_SAVE_FAILED:
             self.progress.log(
@@ -407,7 +426,8 @@ class Trainer:
         self._eval_point()
         if not self._finished():
             self.diag.heartbeat.phase(hb_checkpoint)
-            self.checkpoints.maybe_save(self.state)
+            self.checkpoints.maybe_save(self.state, due=save_due)
+            self.checkpoints.maybe_snapshot(self.state)
         return 0
 
     def close(self) -> None:

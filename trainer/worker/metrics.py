@@ -20,6 +20,7 @@ import os
 import socket
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,32 @@ LAST_CHECKPOINT = Family(
     "Unix time of the latest checkpoint save",
     "max",
 )
+SNAPSHOT_TIME = Family(
+    "kubeddp_snapshot_last_timestamp_seconds",
+    "gauge",
+    "Unix time the newest in-memory snapshot of the training state was published on this pod "
+    "(its age: time() minus this)",
+    "max",
+)
+SNAPSHOT_STEP = Family(
+    "kubeddp_snapshot_step", "gauge", "Optimizer step of the newest in-memory snapshot", "newest"
+)
+SNAPSHOT_BYTES = Family(
+    "kubeddp_snapshot_size_bytes", "gauge", "Size of the newest in-memory snapshot", "newest"
+)
+SNAPSHOT_SECONDS = Family(
+    "kubeddp_snapshot_duration_seconds",
+    "gauge",
+    "From the step the newest in-memory snapshot was taken at to published whole",
+    "newest",
+)
+SNAPSHOT_EVERY = Family(
+    "kubeddp_snapshot_interval_steps",
+    "gauge",
+    "Steps between in-memory snapshots now (checkpoint.memory_every_steps, or chosen from "
+    "their measured cost)",
+    "newest",
+)
 GPU_MEMORY = Family(
     "kubeddp_gpu_memory_allocated_bytes",
     "gauge",
@@ -143,6 +170,11 @@ FAMILIES = (
     STEP_SECONDS,
     CHECKPOINT_SECONDS,
     LAST_CHECKPOINT,
+    SNAPSHOT_TIME,
+    SNAPSHOT_STEP,
+    SNAPSHOT_BYTES,
+    SNAPSHOT_SECONDS,
+    SNAPSHOT_EVERY,
     GPU_MEMORY,
 )
 _SAMPLES, _TOKENS, _DATA_WAIT, _STEP = SAMPLES.name, TOKENS.name, DATA_WAIT.name, STEP.name
@@ -187,6 +219,7 @@ class TrainingMetrics:
     ) -> None:
         directory = multiprocess_dir() if cfg.enabled else None
         self.enabled = directory is not None
+        self._published: deque[dict[str, float]] = deque()  # from the snapshot thread
         if directory is None:
             return
         self._file = process_contract.WorkerMetricsFile(
@@ -267,6 +300,8 @@ class TrainingMetrics:
             self._write()
 
     def _write(self) -> None:
+        while self._published:  # what the snapshot thread handed over (on_snapshot)
+            self._values.update(self._published.popleft())
         histograms = {STEP_SECONDS.name: self._step_seconds.record()}
         if self._checkpoint_seconds.total or any(self._checkpoint_seconds.counts):
             histograms[CHECKPOINT_SECONDS.name] = self._checkpoint_seconds.record()
@@ -294,6 +329,19 @@ class TrainingMetrics:
         self._checkpoint_seconds.observe(duration_seconds)
         self._values[LAST_CHECKPOINT.name] = timestamp
         self._write()
+
+    def on_snapshot(self, published: Any) -> None:
+        """An in-memory snapshot is whole (`published`: worker/snapshot's Published). Called from
+        the writer's snapshot thread: the values wait in a queue for the next write, which
+        only the training thread does."""
+        if self.enabled:
+            self._published.append({
+                SNAPSHOT_TIME.name: published.timestamp,
+                SNAPSHOT_STEP.name: published.step,
+                SNAPSHOT_BYTES.name: published.nbytes,
+                SNAPSHOT_SECONDS.name: published.seconds,
+                SNAPSHOT_EVERY.name: published.every,
+            })  # fmt: skip
 
     def close(self) -> None:
         if not self.enabled:

@@ -78,8 +78,10 @@ def this_member(ctx: DistContext, env: Mapping[str, str] = os.environ) -> Member
     )
 
 
-def check_wanted(cfg: NetworkConfig, nodes: int) -> bool:
-    return cfg.check in ("on", "only") or (cfg.check == "auto" and nodes > 1)
+def check_wanted(cfg: NetworkConfig, nodes: int, rejoined: bool = False) -> bool:
+    """`auto`: on a job of several nodes, at its first start; not while it recovers from a
+    lost pod (`rejoined`: some pod rejoined the rendezvous), where every second counts."""
+    return cfg.check in ("on", "only") or (cfg.check == "auto" and nodes > 1 and not rejoined)
 
 
 def start(
@@ -97,7 +99,10 @@ def start(
             mine = read_nccl_log(nccl_log)
     # NCCL's own node count (its comm line): the job spans nodes as NCCL sees it
     warning = fallback_warning(mine, mine.nodes, visible_rdma(), os.environ)
-    gathered = gather_objects((me, mine, warning))
+    rejoined = os.environ.get(process_contract.ENV_REJOINED) == "1"
+    everyone = gather_objects((me, mine, warning, rejoined))
+    gathered = [(m, t, w) for m, t, w, _ in everyone]
+    any_rejoined = any(r for *_, r in everyone)
     members = [m for m, _, _ in gathered]
     firsts = [(m, t) for m, t, _ in gathered if m.local_rank == 0]
     report = NetworkReport(
@@ -107,7 +112,7 @@ def start(
     )
     if ctx.is_main:
         _log_warnings(gathered, log)
-    if check_wanted(cfg, report.nodes):
+    if check_wanted(cfg, report.nodes, any_rejoined):
         # the network check, only when network.check asks for it
         from kubeddp.trainer.worker.netcheck import run_check
 

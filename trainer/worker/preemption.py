@@ -1,7 +1,9 @@
-"""Stopping every rank at the same step: after SIGTERM (preemption) or a failed save.
+"""Stopping every rank at the same step: after SIGTERM (preemption) or a failed save; and
+saving at the same step when one rank's clock says checkpoint.every_seconds passed.
 
-A rank that stops alone leaves the others hanging in their next collective, so each step the
-ranks vote (all_reduce MAX of their stop reasons) and all act on the result together.
+A rank that stops (or saves) alone leaves the others hanging in their next collective, so each
+step the ranks vote (all_reduce MAX of their stop reasons and save wishes) and all act on the
+result together.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ VOTE_LAG_STEPS = 2
 
 
 class _Ballot:
-    """One step's vote: the flag the ranks all-reduce, and where its result reaches the host.
+    """One step's vote: the flags the ranks all-reduce (the stop reason, a save wish), and
+    where the result reaches the host.
 
     On CUDA the result is copied to pinned host memory behind an event one step after the
     vote, and read one step later still, when the event has (almost always) completed: the
@@ -69,15 +72,16 @@ class _Ballot:
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.flag = torch.zeros(1, dtype=torch.int32, device=device)
+        self.flag = torch.zeros(2, dtype=torch.int32, device=device)
         on_cuda = device.type == "cuda"
-        self.host = torch.zeros(1, dtype=torch.int32, pin_memory=True) if on_cuda else self.flag
+        self.host = torch.zeros(2, dtype=torch.int32, pin_memory=True) if on_cuda else self.flag
         self.event = torch.cuda.Event() if on_cuda else None
         self.work: Any = None
         self.copied = False
 
-    def cast(self, local: int) -> None:
-        self.flag.fill_(local)  # a kernel on CUDA; torch.tensor(..., device=) would sync
+    def cast(self, local: int, save: bool) -> None:
+        self.flag[0].fill_(local)  # a kernel on CUDA; torch.tensor(..., device=) would sync
+        self.flag[1].fill_(int(save))
         self.work = dist.all_reduce(self.flag, op=dist.ReduceOp.MAX, async_op=True)
         self.copied = False
 
@@ -91,11 +95,12 @@ class _Ballot:
             self.event.record()
         self.copied = True
 
-    def result(self) -> int:
+    def result(self) -> tuple[int, bool]:
         self.to_host()
         if self.event is not None:
             self.event.synchronize()  # recorded a step ago: returns at once unless far behind
-        return int(self.host.numpy()[0])
+        stop, save = self.host.numpy().tolist()
+        return int(stop), bool(save)
 
 
 class StopVote:
@@ -138,27 +143,28 @@ class StopVote:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def vote(self, reason: int) -> int:
-        """Cast this step's vote (SIGTERM wins over `reason`); return the result of the vote
-        cast VOTE_LAG_STEPS steps ago (STOP_NONE during the first steps)."""
+    def vote(self, reason: int, save: bool = False) -> tuple[int, bool]:
+        """Cast this step's vote (SIGTERM wins over `reason`; `save`: this rank wants a save);
+        return the result of the vote cast VOTE_LAG_STEPS steps ago (the strongest stop
+        reason, and whether any rank wanted a save; nothing during the first steps)."""
         local = STOP_PREEMPT if self.sigterm else reason
         if not self.distributed:
-            return local
+            return local, save
         if not self._ring:
             self._ring = [_Ballot(self.device) for _ in range(VOTE_LAG_STEPS + 1)]
         ballot = self._ring.pop(0)  # free: its result was read VOTE_LAG_STEPS - 1 steps ago
         self._ring.append(ballot)
-        ballot.cast(local)
+        ballot.cast(local, save)
         if self._in_flight:
             self._in_flight[-1].to_host()  # the previous step's vote, finished by now
         self._in_flight.append(ballot)
         if len(self._in_flight) > VOTE_LAG_STEPS:
             return self._in_flight.popleft().result()
-        return STOP_NONE
+        return STOP_NONE, False
 
     def drain(self) -> int:
         """Wait for the votes still in flight (before a save, or when leaving the loop); the
         strongest of them."""
-        results = [ballot.result() for ballot in self._in_flight]
+        results = [ballot.result()[0] for ballot in self._in_flight]
         self._in_flight.clear()
         return max(results, default=STOP_NONE)

@@ -30,6 +30,80 @@ configFile: /etc/kubeddp/config.yaml
 configKey: config.yaml
 scratchDir: /tmp
 shmDir: /dev/shm
+snapshotDirEnv: KUBEDDP_SNAPSHOT_DIR
+podSnapshotDir: /dev/shm/kubeddp-snapshots
+snapshotSizing:
+  terms:
+    charlm:
+      state:
+        - - 256
+          - - n_embd
+        - - 1
+          - - seq_len
+            - n_embd
+        - - 12
+          - - n_layer
+            - n_embd
+            - n_embd
+        - - 13
+          - - n_layer
+            - n_embd
+        - - 2
+          - - n_embd
+        - - 256
+          - - n_embd
+      params:
+        - - 256
+          - - n_embd
+        - - 1
+          - - seq_len
+            - n_embd
+        - - 12
+          - - n_layer
+            - n_embd
+            - n_embd
+        - - 13
+          - - n_layer
+            - n_embd
+        - - 2
+          - - n_embd
+    regression:
+      state:
+        - - 1
+          - - input_dim
+            - hidden_dim
+        - - 2
+          - - hidden_dim
+        - - 1
+          - []
+      params:
+        - - 1
+          - - input_dim
+            - hidden_dim
+        - - 2
+          - - hidden_dim
+        - - 1
+          - []
+  moments:
+    adamw: 2
+    sgd: 1
+  floatBytes: 4
+  overheadBytes: 1048576
+  workloadDefaults:
+    name: charlm
+    model: ''
+    data: ''
+    corpus: ''
+    corpus_max_bytes: 2000000
+    seq_len: 64
+    n_layer: 2
+    n_head: 4
+    n_embd: 128
+    dropout: 0.0
+    samples: 4096
+    input_dim: 20
+    hidden_dim: 64
+  defaultOptimizer: adamw
 entrypoint:
   - tini
   - --
@@ -92,6 +166,8 @@ defaultPreemptGrace: 60.0
 storage:
   objectStores:
     s3: S3-compatible object storage (credentials from the pod's env, e.g. --env-from secret:NAME, or its cloud role; the image needs kubeddp[s3])
+  objectStoreUrls:
+    s3: ^s3://[a-z0-9](?:[a-z0-9-]|\.[a-z0-9-]){1,61}[a-z0-9](/(?:[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*|\.[A-Za-z0-9._+=@-]*[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*))*/?$
   podDir: /checkpoints
   volumeDir: ^(/[A-Za-z0-9._@+-]+)+$
   reserved:
@@ -128,6 +204,8 @@ programConfigKeys:
   - checkpoint.readers
   - retries
   - diagnostics
+  - checkpoint.memory_snapshots
+  - checkpoint.memory_every_steps
 volumeSources:
   - persistentVolumeClaim
   - configMap

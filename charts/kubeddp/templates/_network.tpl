@@ -114,6 +114,15 @@ Pod Security level they need */}}
 {{- if and (has $n.fabric $c.fabric.rdmaFabrics) (not $n.deviceResource) }}
 {{- fail (printf "`network.deviceResource` is empty but `network.fabric` %s needs your RDMA device plugin's resource: e.g. rdma/ib (CoreWeave), rdma/<resourceName> (NVIDIA's RDMA shared device plugin) or your SR-IOV VF's (docs/network-fabric.md)" $n.fabric) }}
 {{- end }}
+{{- $resource := include "kubeddp.fabricResource" . }}
+{{- if and $resource (eq $resource $c.gpuResource) }}
+{{- fail (printf "`network.deviceResource` %s is the GPU resource: the fabric's device count would replace `gpusPerNode`'s (a pod asking for 8 GPUs would get 1); name the RDMA device plugin's resource (e.g. rdma/ib)" $resource) }}
+{{- end }}
+{{- range $section := list "requests" "limits" }}
+{{- if and $resource (hasKey (get ($.Values.resources | default dict) $section | default dict) $resource) }}
+{{- fail (printf "`network.deviceResource` %s is also in `resources.%s`: the fabric's count would silently replace yours; give it once (`network.devices`, or leave it out of resources)" $resource $section) }}
+{{- end }}
+{{- end }}
 {{- if and (eq $n.fabric "efa") $n.instanceType (kindIs "invalid" $n.devices) (not (hasKey $c.fabric.efaDevices $n.instanceType)) }}
 {{- fail (printf "`network.instanceType` %s: its EFA count is not in kubeddp's list (%s): set `network.devices` (aws ec2 describe-instance-types --instance-types %s --query 'InstanceTypes[].NetworkInfo.EfaInfo.MaximumEfaInterfaces')" $n.instanceType (join ", " (keys $c.fabric.efaDevices | sortAlpha)) $n.instanceType) }}
 {{- end }}

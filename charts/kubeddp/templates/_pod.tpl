@@ -47,6 +47,7 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 {{- $_ := set $resources $section (merge (deepCopy $device) (get $resources $section | default dict)) }}
 {{- end }}
 {{- end }}
+{{- include "kubeddp.snapshotMemory" (dict "root" . "resources" $resources) }}
 {{- with $resources }}
 {{- toYaml . }}
 {{- end }}
@@ -71,7 +72,7 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 - name: dshm
   emptyDir:
     medium: Memory
-    sizeLimit: {{ .Values.shmSize }}
+    sizeLimit: {{ include "kubeddp.shmSizeLimit" . }}
 - name: tmp
   emptyDir: {}
 {{- if include "kubeddp.checkpointKeeper" . }}
@@ -177,6 +178,7 @@ already, then extraEnv */}}
 {{- end }}
 {{- end }}
 {{- include "kubeddp.storageEnv" $root }}
+{{- include "kubeddp.snapshotEnv" $root }}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
 {{- if ne $root.Values.network.fabric $c.fabric.socket }}
 - name: {{ $c.fabric.env }}

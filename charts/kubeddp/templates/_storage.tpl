@@ -120,8 +120,8 @@ checkpoint.dir (a relative snapshot.pt lands on the kept storage) */}}
 {{- $dir := include "kubeddp.checkpointDir" . }}
 {{- $store := include "kubeddp.objectStore" . }}
 {{- if $store }}
-{{- if not (hasPrefix (printf "%s://" $store) $dir) }}
-{{- fail (printf "`config.checkpoint.dir` %q names object storage (%s) but does not start with %s://: write %s://BUCKET/PREFIX" $dir $store $store $store) }}
+{{- if not (regexMatch (get $c.storage.objectStoreUrls $store) $dir) }}
+{{- fail (printf "`config.checkpoint.dir` %q names object storage (%s) but is not a valid %s:// URL: write %s://BUCKET/PREFIX (the prefix: no empty, `.` or `..` part, which would put the checkpoints outside it)" $dir $store $store $store) }}
 {{- end }}
 {{- range $key := list "storage" "existingClaim" "accessMode" "size" "storageClassName" "lostOnRetry" }}
 {{- if get $v $key }}

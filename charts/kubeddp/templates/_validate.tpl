@@ -39,6 +39,11 @@ backticks, which render turns into its options, and says how to fix it.
 {{- if and (gt (int $v.gpusPerNode) 0) $isCount (gt (atoi $nproc) (int $v.gpusPerNode)) }}
 {{- fail (printf "`nprocPerNode` is %s but `gpusPerNode` is %d: use at most one process per GPU" $nproc (int $v.gpusPerNode)) }}
 {{- end }}
+{{- range $section := list "requests" "limits" }}
+{{- if and (gt (int $v.gpusPerNode) 0) (hasKey (get ($v.resources | default dict) $section | default dict) $c.gpuResource) }}
+{{- fail (printf "`resources.%s` names %s and `gpusPerNode` is %d: the GPU count would silently replace yours; give it once, in gpusPerNode" $section $c.gpuResource (int $v.gpusPerNode)) }}
+{{- end }}
+{{- end }}
 {{- if $v.elastic.enabled }}
 {{- if gt (int $v.elastic.minNodes) (int $v.elastic.maxNodes) }}
 {{- fail (printf "`elastic.minNodes` (%d) is greater than `elastic.maxNodes` (%d): make MIN <= MAX" (int $v.elastic.minNodes) (int $v.elastic.maxNodes)) }}

@@ -135,6 +135,10 @@ SECTIONS = (
     ),
     Section("trainJob", "The training runtime the job runs on."),
     Section("istio", "Istio: a sidecar breaks the rendezvous."),
+    Section(
+        "memorySnapshots",
+        "The training state kept in each pod's memory: a lost pod resumes from a peer's copy.",
+    ),
     Section("kueue", "Kueue admits the whole job when its quota allows."),
     Section(
         "placement",
@@ -363,6 +367,19 @@ VALUES: tuple[Value, ...] = (
         "DataLoader workers)",
         group=JOB,
         flags=(Flag(("--shm-size",)),),
+    ),
+    Value(
+        path="memorySnapshots.size",
+        schema=text(P.optional(P.QUANTITY), nullable=True),
+        default=None,
+        doc="size of one in-memory snapshot of the training state (config "
+        "checkpoint.memory_snapshots; docs/checkpoints.md): each pod keeps two in its /dev/shm, "
+        "added to shmSize, its memory request and its limit (where set); a size that cannot hold "
+        "the built-in trainer's state is refused. null: computed from its config (config.workload, "
+        "config.train.optimizer); for your own program or a custom workload give it (about "
+        "its checkpoint's size), else nothing is reserved; 0: reserve nothing",
+        group=JOB,
+        flags=(Flag(("--snapshot-size",), metavar="SIZE"),),
     ),
     Value(
         path="network.fabric",

@@ -34,6 +34,7 @@ POD_FIELDS: dict[str, str] = {
     "requestsPerGpu.cpu": "container.resources",
     "requestsPerGpu.memory": "container.resources",
     "shmSize": "spec.volumes",
+    "memorySnapshots.size": "container.resources",
     "terminationGracePeriodSeconds": "spec.terminationGracePeriodSeconds",
     "env": "container.env",
     "extraEnv": "container.env",

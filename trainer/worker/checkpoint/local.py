@@ -23,6 +23,7 @@ from kubeddp.trainer.worker.checkpoint.lock import WriterLock, check_directory
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
     MARKER,
+    NOTE_BYTES,
     CheckpointError,
     CheckpointRef,
     WriteBody,
@@ -201,6 +202,20 @@ class LocalStorage:
                 return None
             return target
         return None
+
+    def read_note(self, name: str) -> str | None:
+        try:  # O_NOFOLLOW: a link is not a note; O_NONBLOCK: nor a FIFO, refused below
+            fd = os.open(
+                self.root / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            )
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return os.read(fd, NOTE_BYTES).decode(errors="replace")
+        finally:
+            os.close(fd)
 
     def write_note(self, name: str, text: str | bytes) -> None:
         """Written beside and renamed over: a link at `name` is replaced, never followed."""

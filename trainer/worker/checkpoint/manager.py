@@ -2,21 +2,25 @@
 
 It holds a mapping of parts (parts.py): each saved under its name, restored from it. Saving is
 collective: every rank sends rank 0 its per-rank parts (RNG, sample record) and rank 0 writes,
-in the background unless asked to block. Resuming reads the newest readable checkpoint on rank
-0 and sends it to any rank that cannot read it itself.
+in the background unless asked to block. The same state goes to each pod's memory far more
+often (worker/snapshot/, when checkpoint.memory_snapshots is on). Resuming takes the newest
+state any rank holds in memory when no durable checkpoint is newer (no storage read); else it
+reads the newest readable checkpoint on rank 0 and sends it to any rank that cannot read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeddp.trainer import exit_codes, storage_rules, yaml_io
+from kubeddp.trainer import constants, exit_codes, process_contract, storage_rules, yaml_io
 from kubeddp.trainer.config import CheckpointConfig
+from kubeddp.trainer.process_contract import PROGRESS_NOTE_SECONDS
 from kubeddp.trainer.worker.checkpoint import safety
 from kubeddp.trainer.worker.checkpoint.backends import storage_for
 from kubeddp.trainer.worker.checkpoint.parts import TOP_LEVEL, PerRank, Stateful
@@ -35,6 +39,7 @@ from kubeddp.trainer.worker.checkpoint.writer import AsyncCheckpointWriter
 from kubeddp.trainer.worker.distributed import DistContext, broadcast_object, gather_objects
 from kubeddp.trainer.worker.metrics import TrainingMetrics
 from kubeddp.trainer.worker.preemption import STOP_NONE, STOP_SAVE_FAILED
+from kubeddp.trainer.worker.snapshot.taker import SnapshotTaker, updated_by
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,16 @@ def _seed_of(state: dict[str, Any]) -> int | None:
     return seed if isinstance(seed, int) else None
 
 
+def _none_usable(location: str, bad: list[CheckpointRef]) -> str:
+    names = ", ".join(ref.name for ref in bad[:3]) + (" ..." if len(bad) > 3 else "")
+    return (
+        f"checkpoint.dir {location} holds {len(bad)} checkpoint(s) ({names}) and none could be "
+        "used (each said why above, and is kept as NAME.bad): the run does not start over from "
+        "step 0 on top of them; move a good one back to its name, or set "
+        "checkpoint.resume=never to start afresh"
+    )
+
+
 class CheckpointManager:
     def __init__(
         self,
@@ -72,12 +87,14 @@ class CheckpointManager:
         metrics: TrainingMetrics,
         log: Callable[[str], None],
         before_save: Callable[[], None] | None = None,
+        snapshots: SnapshotTaker | None = None,
         after_save: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.ctx = ctx
         self.run = run
         self.parts = dict(parts)  # `model` is unwrapped: its keys do not depend on DDP/compile
+        self._per_rank = [(n, p) for n, p in self.parts.items() if isinstance(p, PerRank)]
         self.metrics = metrics
         self.log = log
         self.before_save = before_save  # the loop settles what it keeps on the device
@@ -89,6 +106,10 @@ class CheckpointManager:
         self.final_failed = False
         self.unreachable = False  # the last failed save found the storage unreachable
         self._apart_pending = False  # move another run's checkpoints aside at the first save
+        self.snapshots = snapshots  # this rank's part in the in-memory snapshots
+        self._optimizer: Any = None  # whose step waits for a snapshot's copy (guard_updates)
+        self._progress_noted: float | None = None
+        self._last_save = time.monotonic()  # for checkpoint.every_seconds
 
     # ---- save --------------------------------------------------------------------------
     def _own_state(self) -> dict[str, Any]:
@@ -110,11 +131,51 @@ class CheckpointManager:
         )
         return state
 
-    def maybe_save(self, state: Any, *, epoch_end: bool = False) -> None:
-        """Save at the end of an epoch and every checkpoint.every_steps steps (collective)."""
+    def save_due(self) -> bool:
+        """This rank's clock says checkpoint.every_seconds passed since the last save (the
+        ranks vote on it, so all save at the same step)."""
+        every = self.settings.every_seconds
+        return bool(every) and time.monotonic() - self._last_save >= every
+
+    def maybe_save(self, state: Any, *, epoch_end: bool = False, due: bool = False) -> None:
+        """Save at the end of an epoch, every checkpoint.every_steps steps and when the ranks'
+        vote says checkpoint.every_seconds passed (`due`) (collective)."""
         every = self.settings.every_steps
-        if epoch_end or (every and state.step % every == 0):
+        if epoch_end or due or (every and state.step % every == 0):
             self.save(state, blocking=not self.settings.async_save)
+
+    # ---- in memory -----------------------------------------------------------------------
+    def guard_updates(self, optimizer: Any) -> None:
+        """The optimizer's step waits for a snapshot's background copy of what it changes."""
+        self._optimizer = optimizer
+        if self.snapshots is not None:
+            self.snapshots.guard([optimizer])
+
+    def on_snapshot(self, published: Any) -> None:
+        """A snapshot is whole (the writer's snapshot thread): rank 0 notes the progress for
+        the retry budget, at most once a minute."""
+        now = time.monotonic()
+        noted = self._progress_noted
+        if self.ctx.is_main and (noted is None or now - noted >= PROGRESS_NOTE_SECONDS):
+            self._progress_noted = now
+            if storage_rules.is_directory(self.settings.dir):
+                process_contract.note_progress(self.settings.dir, published.step)
+
+    def start_snapshots(self, step: int) -> None:
+        """Training starts (or resumes) at `step`: the snapshot cadence counts from there."""
+        if self.snapshots is not None:
+            self.snapshots.start(step)
+
+    def maybe_snapshot(self, state: Any, *, now: bool = False) -> None:
+        """Keep this step's state in each pod's memory when the cadence says so, or `now`
+        (collective: every rank calls it at every step)."""
+        taker = self.snapshots
+        if taker is None or not (now or taker.due(state.step)) or not taker.enabled:
+            return
+        if self.before_save is not None:
+            self.before_save()
+        own = {name: part.state_dict() for name, part in self._per_rank}
+        taker.take(state.step, self._own_state, own, updated_by(self._optimizer))
 
     def save(self, state: Any, *, blocking: bool, final: bool = False) -> None:
         """Collective: every rank calls it at the same step; rank 0 writes. `state` is the
@@ -149,6 +210,7 @@ class CheckpointManager:
         except CheckpointError as exc:
             self._save_failed(exc)
         start = time.perf_counter()
+        self._last_save = time.monotonic()
         snapshot = self.writer.snapshot(self._own_state())  # waits for the previous write
         snapshot.update(gathered)
         try:
@@ -194,6 +256,8 @@ class CheckpointManager:
         return exit_codes.OK
 
     def close(self) -> None:
+        if self.snapshots is not None:
+            self.snapshots.close()
         if self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.wait()
@@ -264,26 +328,40 @@ class CheckpointManager:
         c = self.settings
         if c.resume == "never":
             self._apart_pending = True
+            if self.snapshots is not None:
+                self.snapshots.forget()
             return None
         own = c.resume == "auto"
+        if own and not c.weights_only and self.snapshots is not None:
+            from_memory = self._resume_from_memory()
+            if from_memory is not None:
+                return from_memory
         source = self.storage if own else storage_for(c.resume)
         assert source is not None
-        found_at, loaded, unreachable = None, None, None
+        found_at, loaded, unreachable, none_usable = None, None, None, None
         if self.ctx.is_main:
+            bad: list[CheckpointRef] = []
+
+            def on_bad(ref: CheckpointRef) -> None:
+                bad.append(ref)
+                if own and self.claimed:
+                    self._set_aside(ref)
+
             try:
                 found = load_newest_valid(
-                    source,
-                    log=self.log,
-                    check=self._content_problem,
-                    on_bad=self._set_aside if own and self.claimed else None,
+                    source, log=self.log, check=self._content_problem, on_bad=on_bad
                 )
             except StorageUnreachable as exc:
                 found, unreachable = None, str(exc)
             if found:
                 found_at, loaded = (str(found[0].path), found[0].step), found[1]
-        found_at, unreachable = broadcast_object((found_at, unreachable))
+            elif bad and own:
+                none_usable = _none_usable(source.location, bad)
+        found_at, unreachable, none_usable = broadcast_object((found_at, unreachable, none_usable))
         if unreachable:
             raise StorageUnreachable(unreachable)
+        if none_usable:  # never trained over from step 0 without a word
+            raise CheckpointError(none_usable)
         if found_at is None:
             if not own:  # an explicit path that holds nothing is a mistake
                 raise CheckpointError(
@@ -307,6 +385,33 @@ class CheckpointManager:
         resumed = self._load(state, ref)
         self._apart_pending = not (own and resumed is not None)
         return resumed
+
+    def _resume_from_memory(self) -> Any | None:
+        """The newest state any rank holds in memory, unless a durable checkpoint is newer
+        (rank 0 lists the durable ones, reads none) (collective)."""
+        assert self.snapshots is not None
+        durable = None
+        if self.ctx.is_main and self.storage is not None:
+            try:
+                listed = self.storage.list()
+            except CheckpointError:
+                listed = []
+            durable = listed[0].step if listed else None
+        restored = self.snapshots.restore(durable, self._run_problem)
+        if restored is None:
+            return None
+        ref = CheckpointRef(restored.source, restored.step, None)
+        resumed = self._load(restored.state, ref)
+        self._apart_pending = False
+        return resumed
+
+    def _run_problem(self, run: dict[str, Any]) -> str | None:
+        """Why a snapshot recorded with `run` is not this run's to resume, or None."""
+        if run.get("model_hash") != self.run.model_hash:
+            return "it was taken of another model (workload settings differ)"
+        if run.get("seed") != self.run.seed:
+            return f"it was taken with train.seed={run.get('seed')}"
+        return None
 
     def _keep_apart(self) -> None:
         """A run that does not continue checkpoint.dir's newest checkpoint (resume=never,
@@ -379,6 +484,15 @@ class CheckpointManager:
         trainer = self.parts[TOP_LEVEL]
         self.log(
             f"[kubeddp] resumed from {ref.path} (step {trainer.step}, epoch "
-            f"{trainer.epoch}, {trainer.consumed} samples into the epoch)"
+            f"{trainer.epoch}, {trainer.consumed} samples into the epoch{_fetched_from(ref)})"
         )
         return trainer
+
+
+def _fetched_from(ref: CheckpointRef) -> str:
+    """Where a checkpoint in a pod's checkpoint.dir came from, when the keeper filled it."""
+    keeper = os.environ.get(constants.ENV_CHECKPOINT_KEEPER)
+    local = isinstance(ref.path, Path) or storage_rules.is_directory(str(ref.path))
+    if keeper and local and ref.storage is not None:
+        return f"; fetched from the checkpoint keeper {keeper}"
+    return ""

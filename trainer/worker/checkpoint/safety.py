@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kubeddp.trainer.worker.checkpoint.storage import (
     CONFIG_FILE,
+    CONFIG_NOTE_HEADER,
     CheckpointError,
     CheckpointStorage,
     is_own_name,
@@ -29,9 +30,14 @@ def claim(storage: CheckpointStorage, config_yaml: str, log: Callable[[str], Non
     one-line CheckpointError."""
     names = storage.top_names()
     foreign = [name for name in names if not is_own_name(name)]
-    # config.yaml is ours only beside our other files: alone, it is the user's (a project's
-    # working directory), and the config copy would overwrite it.
-    if CONFIG_FILE in names and not any(n.startswith(("ckpt-", ".kubeddp")) for n in names):
+    # config.yaml is ours beside our other files, or when it says so on its first line (a
+    # keeper hands it to the next pod before any checkpoint exists); else it is the user's (a
+    # project's working directory), and the config copy would overwrite it.
+    if (
+        CONFIG_FILE in names
+        and not any(n.startswith(("ckpt-", ".kubeddp")) for n in names)
+        and not (storage.read_note(CONFIG_FILE) or "").startswith(CONFIG_NOTE_HEADER)
+    ):
         foreign.insert(0, CONFIG_FILE)
     if foreign:
         raise CheckpointError(
@@ -44,7 +50,7 @@ def claim(storage: CheckpointStorage, config_yaml: str, log: Callable[[str], Non
     if warning:
         log(warning)
     try:  # the effective config next to the checkpoints: what produced them, for a person
-        storage.write_note(CONFIG_FILE, config_yaml)
+        storage.write_note(CONFIG_FILE, CONFIG_NOTE_HEADER + config_yaml)
     except (OSError, CheckpointError) as exc:
         log(f"[kubeddp] warning: cannot write {CONFIG_FILE} in {storage.location}: {exc}")
 

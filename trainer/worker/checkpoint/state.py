@@ -4,18 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
+from kubeddp.trainer.checkpoint_digest import (
+    READ_BYTES,
+    BlockHasher,
+    DigestError,
+    FileDigest,
+    read_marker,
+)
 from kubeddp.trainer.worker.checkpoint.backends import as_storage
 from kubeddp.trainer.worker.checkpoint.storage import (
+    MARKER,
     STATE_FILE,
+    CheckpointError,
     CheckpointRef,
     CheckpointStorage,
     StorageUnreachable,
     reason,
 )
+
+MAX_MARKER_BYTES = 1 << 20
 
 # What every checkpoint kubeddp writes holds, and the type of each.
 REQUIRED_KEYS: dict[str, type] = {
@@ -35,10 +46,50 @@ def list_checkpoints(where: str | Path | CheckpointStorage) -> list[CheckpointRe
 
 
 def load_state(ref: CheckpointRef) -> dict[str, Any]:
+    """state.pt of `ref`, checked against what its COMPLETE marker records (size and block
+    digests) before it is unpickled: a file stored short or changed since it was written is
+    read once more (an object store may have served a cut answer), then refused."""
     storage = ref.storage or as_storage(Path(ref.path).parent)
-    with storage.open_file(ref, STATE_FILE) as f:
-        # weights_only=True: a checkpoint must never be able to run code when loaded.
-        return torch.load(f, map_location="cpu", weights_only=True)
+    recorded = _recorded(storage, ref).get(STATE_FILE)
+    for attempt in (1, 2):
+        with storage.open_file(ref, STATE_FILE) as f:
+            problem = _differs(f, recorded) if recorded is not None else None
+            if problem is None:
+                # weights_only=True: a checkpoint must never be able to run code when loaded.
+                return torch.load(f, map_location="cpu", weights_only=True)
+        if attempt == 2:
+            raise CheckpointError(f"{STATE_FILE} {problem}, not what its {MARKER} records")
+    raise AssertionError("unreachable")
+
+
+def _recorded(storage: CheckpointStorage, ref: CheckpointRef) -> dict[str, FileDigest]:
+    """The files' digests COMPLETE records (none for a marker of an older kubeddp)."""
+    try:
+        with storage.open_file(ref, MARKER) as f:
+            text = f.read(MAX_MARKER_BYTES).decode(errors="replace")
+    except StorageUnreachable:
+        raise
+    except (OSError, CheckpointError):
+        return {}
+    try:
+        return read_marker(text) or {}
+    except DigestError as exc:
+        raise CheckpointError(f"its {MARKER} marker is not one ({exc})") from None
+
+
+def _differs(f: IO[bytes], recorded: FileDigest) -> str | None:
+    """How the open file differs from its record (None: it is what was written); the file is
+    left at its start."""
+    hasher = BlockHasher(recorded.block, recorded.algorithm)
+    while chunk := f.read(READ_BYTES):
+        hasher.update(chunk)
+    f.seek(0)
+    got = hasher.finish()
+    if got.size != recorded.size:
+        return f"holds {got.size} bytes, {recorded.size} were written"
+    if got != recorded:
+        return "differs from what was written (its block digests)"
+    return None
 
 
 def state_problem(state: Any) -> str | None:

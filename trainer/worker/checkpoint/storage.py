@@ -21,6 +21,11 @@ CONFIG_FILE = "config.yaml"
 OWN_PREFIXES = ("ckpt-", ".tmp-ckpt-", ".kubeddp")
 # lost+found: a fresh ext4 volume has it; TENSORBOARD_DIR: rank 0's curves (worker/curves.py)
 OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)
+# The first line of the config copy kubeddp writes beside its checkpoints: how a config.yaml
+# that arrived alone (from a checkpoint keeper, before the first checkpoint) is told from a
+# user's own config.yaml in a working directory (safety.claim).
+CONFIG_NOTE_HEADER = "# kubeddp: the effective config of the run whose checkpoints are here\n"
+NOTE_BYTES = 4096
 
 
 class CheckpointError(RuntimeError):
@@ -91,6 +96,11 @@ class CheckpointStorage(Protocol):
     def write_note(self, name: str, text: str | bytes) -> None:
         """A small file at the top (the effective config copy; a TensorBoard event file in an
         object store), replaced atomically."""
+        ...
+
+    def read_note(self, name: str) -> str | None:
+        """The start (at most NOTE_BYTES) of a small file at the top; None when there is none
+        or it is not a regular file."""
         ...
 
     def release(self) -> None:
