@@ -38,9 +38,14 @@ import sys
 import time
 from typing import Any
 
-from kubeddp.trainer import process_contract
+from kubeddp.trainer import exit_codes, process_contract
 from kubeddp.trainer.exit_codes import PREEMPTED as EXIT_PREEMPTED
+from kubeddp.trainer.process_contract import PHASE_CODE, check_name, format_value, resolved_config
 from kubeddp.trainer.worker import stop_signal
+
+# Imported in functions: the config (yaml), curves, heartbeat, status feed and metrics that one call
+# needs (up to 80 modules more), so that `import kubeddp.api` stays cheap in a user's script, also
+# under a plain torchrun.
 
 __all__ = ["EXIT_PREEMPTED", "register_state", "report_step", "stop_requested"]
 
@@ -169,7 +174,6 @@ def _curves() -> Any:
     """Rank 0's TensorBoard curves where the config launch resolved says (metrics.tensorboard);
     none for a program kubeddp launch did not start."""
     from kubeddp.trainer.config import ConfigError
-    from kubeddp.trainer.process_contract import resolved_config
     from kubeddp.trainer.worker.curves import REPORT_POINT_SECONDS, Curves
 
     try:
@@ -205,7 +209,6 @@ def _status(step: int, loss: float | None, progress: dict[str, Any]) -> None:
 
 def _heartbeat(step: int, loss: float | None) -> None:
     """This rank's progress record (the stall watch reads it), and the divergence guard."""
-    from kubeddp.trainer.process_contract import PHASE_CODE
     from kubeddp.trainer.worker import program_watch
     from kubeddp.trainer.worker.heartbeat import this_rank
 
@@ -219,9 +222,7 @@ def _heartbeat(step: int, loss: float | None) -> None:
 def _nonfinite(hb: Any, step: int, loss: float) -> None:
     """diagnostics.on_nonfinite for a program: `skip` only says so (the program's step is
     done); `stop` and `keep_last_good` end it with NONFINITE (its checkpoints are its own)."""
-    from kubeddp.trainer import exit_codes
     from kubeddp.trainer.config import ConfigError
-    from kubeddp.trainer.process_contract import resolved_config
 
     hb.nonfinite(step, "loss")
     rank = os.environ.get("RANK", "0")
@@ -296,8 +297,6 @@ def _optional_count(value: object, name: str) -> int | None:
 def _checked_metrics(metrics: object) -> dict[str, str]:
     """{name: value} with each value formatted as Trainer keeps it (a string of at most 64
     characters; a number with 6 significant digits)."""
-    from kubeddp.trainer.process_contract import check_name, format_value
-
     if metrics is None:
         return {}
     if not isinstance(metrics, dict):

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import pkgutil
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 import yaml
 
 from kubeddp.trainer import storage_rules, yaml_io
-from kubeddp.trainer.constants import METRICS_PORT
+from kubeddp.trainer.constants import ENV_CONFIG, METRICS_PORT
 
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
 MAX_COUNT = 2**31 - 1
@@ -78,8 +79,6 @@ NOT_WORKLOAD_MODULES = ("base", "examples")
 
 def workload_names() -> tuple[str, ...]:
     """The workloads: the modules of trainer/workloads/ (found without importing torch)."""
-    import pkgutil
-
     found = pkgutil.iter_modules([str(Path(__file__).parent / "workloads")])
     names = (m.name for m in found if not m.name.startswith("_"))
     return tuple(sorted(n for n in names if n not in NOT_WORKLOAD_MODULES))
@@ -771,6 +770,7 @@ def parse_config_options(argv: list[str], prog: str) -> argparse.Namespace:
     """--config/--set alone, from `argv` (any other argument: one line, exit 2): what follows
     `--` on launch's command line for the built-in trainer (as the manifests pass it), and the
     command line of a worker that a user's own torchrun started without kubeddp launch."""
+    # argparse: only a command line needs this parser, not a config read (kubeddp.api's calls)
     from kubeddp.trainer.arguments import OneLineErrorParser
 
     parser = OneLineErrorParser(prog=prog, description="the trainer's config options")
@@ -780,6 +780,4 @@ def parse_config_options(argv: list[str], prog: str) -> argparse.Namespace:
 
 def load_config_options(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     """The config that --config (else $KUBEDDP_CONFIG) and the --set overrides describe."""
-    from kubeddp.trainer.constants import ENV_CONFIG
-
     return load_config(args.config or env.get(ENV_CONFIG) or None, args.overrides)

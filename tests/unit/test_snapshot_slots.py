@@ -147,10 +147,11 @@ def test_a_full_tmpfs_is_a_space_error_not_a_bus_error(tmp_path: Path) -> None:
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
                       capture_output=True).returncode:  # fmt: skip
         pytest.skip("cannot mount a tmpfs here (needs root)")
+    directory = SnapshotDir(mount / "snap", print)
     try:
-        directory = SnapshotDir(mount / "snap", print)
         with pytest.raises(SnapshotSpaceError, match="cannot hold 4.0 MiB"):
             directory.begin(4 << 20, None)
         assert "has 1 MiB free" in (memory.space_problem(mount, 4 << 20) or "")
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        directory.close()  # its maps hold the mount busy
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)

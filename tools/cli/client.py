@@ -20,8 +20,23 @@ from typing import Any
 
 from kubeddp.tools.cli.client_args import checked_arguments, fits, refusal
 from kubeddp.tools.cli.client_errors import KubeddpError, WaitTimeout, failing_as
+from kubeddp.tools.cluster import job_logs
 from kubeddp.tools.cluster.job_logs import LogLine
+from kubeddp.tools.cluster.job_lookup import FoundJob, find_job
+from kubeddp.tools.cluster.job_status import status_lines, status_report
+from kubeddp.tools.cluster.kube import (
+    DEFAULT_REQUEST_TIMEOUT,
+    Cluster,
+    KubeError,
+    checked_name,
+)
+from kubeddp.tools.cluster.kube_errors import KubeInputError
+from kubeddp.tools.manifests.kinds import AUTO_ORDER, KINDS, OFFLINE_KIND
 from kubeddp.trainer import exit_codes, yaml_io
+
+# Imported in functions: each method's own modules (rendering, validation, diagnosis, the script
+# checker, launch's options: 117 modules, as long again as this module's own import), because
+# `kubeddp --help` imports this module (main.py's SCHEMA_SOURCES).
 
 SCHEMA_SOURCES = ("auto", "cluster", "offline")
 CRD_LOOKUP_TIMEOUT = 5  # seconds: `auto` validation falls back offline when the cluster is slow
@@ -89,8 +104,6 @@ class JobStatus(dict):
         return str(self["state"])
 
     def __str__(self) -> str:
-        from kubeddp.tools.cluster.job_status import status_lines
-
         return "\n".join(status_lines(self))
 
 
@@ -157,17 +170,12 @@ class Client:
     def cluster(self) -> Any:
         """The open connection (tools/cluster/kube.py's Cluster), opened now if it is not yet."""
         if self._cluster is None:
-            from kubeddp.tools.cluster.kube import DEFAULT_REQUEST_TIMEOUT, Cluster
-
             seconds = self._timeout() or DEFAULT_REQUEST_TIMEOUT
             self._cluster = Cluster(self.kubeconfig, self.context, self.namespace, seconds)
         return self._cluster
 
     def _crd_schemas(self, docs: list[dict], against: str, command: str) -> dict[str, dict]:
         """CRDs from the cluster for `against` cluster|auto; {} means offline."""
-        from kubeddp.tools.cluster.kube import KubeError
-        from kubeddp.tools.manifests.kinds import KINDS
-
         if against not in SCHEMA_SOURCES:
             raise KubeddpError(
                 f"validate_against {against!r} is not one of {', '.join(SCHEMA_SOURCES)}",
@@ -250,8 +258,6 @@ class Client:
     def _kind_for(self, command: str, kind: str | None) -> str:
         """The kind given, else render's offline kind or, for submit, the kind the cluster
         serves (its API discovery, by the chart's `kind: auto` rule); said in the first line."""
-        from kubeddp.tools.manifests.kinds import AUTO_ORDER, KINDS, OFFLINE_KIND
-
         if kind is not None:
             return kind
         if command == "render":
@@ -382,7 +388,6 @@ class Client:
         """The checkpoint claim against the cluster's StorageClasses where they can be read:
         a claim that would stay Pending is refused (one line), the rest a note."""
         from kubeddp.tools.cluster.keeper_zones import zone_lines
-        from kubeddp.tools.cluster.kube import KubeError
         from kubeddp.tools.cluster.storage_classes import check_claim, claims_of
 
         claims = claims_of(docs)
@@ -403,10 +408,6 @@ class Client:
     def _job(self, name: str, kind: str | None, read: bool = True) -> Any:
         """The job (tools/cluster/job_lookup.py's FoundJob); `read=False`: when the kind is given,
         the job object is not needed (delete, diagnose) and not read."""
-        from kubeddp.tools.cluster.job_lookup import FoundJob, find_job
-        from kubeddp.tools.cluster.kube import KubeInputError, checked_name
-        from kubeddp.tools.manifests.kinds import KINDS
-
         checked_name(name, "name")
         if kind is not None and kind not in KINDS:
             raise KubeInputError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -418,8 +419,6 @@ class Client:
     def status(self, name: str, kind: str | None = None) -> JobStatus:
         """`kubeddp status NAME`: state, conditions, replicas, progress and each pod. `kind`:
         pytorchjob, trainjob or indexedjob; by default the kind that has a job of that name."""
-        from kubeddp.tools.cluster.job_status import status_report
-
         with failing_as("status"):
             found = self._job(name, kind)
             return JobStatus(status_report(self.cluster(), found, name))
@@ -462,9 +461,6 @@ class Client:
         as they are now or, with `follow`, as they come until the job ends (pods that are
         recreated join). `replica`: master|worker (PyTorchJob) or an index; `node_rank`: only
         the pod of that node rank; `tail`: the last N lines of each pod."""
-        from kubeddp.tools.cluster import job_logs
-        from kubeddp.tools.cluster.kube_errors import KubeInputError
-
         with failing_as("logs"):
             for what, value in (("tail", tail), ("node_rank", node_rank)):
                 if value is not None and (type(value) is not int or value < 0):
@@ -517,7 +513,6 @@ def _seconds(what: str, value: float | str, *, low: float, above: bool) -> float
     """A time given as seconds or a duration ("90s", "10m"), checked as the CLI checks it."""
     import argparse
 
-    from kubeddp.tools.cluster.kube_errors import KubeInputError
     from kubeddp.trainer.arguments import duration
 
     try:

@@ -9,6 +9,9 @@ from collections.abc import Iterator, Sequence
 
 from kubeddp.trainer import exit_codes
 
+# Imported in functions: the error classes of a command's parts, once a command has failed:
+# `kubeddp --help` imports this module, and validate and helm_engine each add about 50 modules.
+
 CLI_EXTRA_MODULES = ("jsonschema",)  # what the `cli` extra brings (render, validate, submit)
 INSTALL_CLI_EXTRA = "pip install 'kubeddp[cli]'"
 

@@ -20,6 +20,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 def commands(root: argparse.ArgumentParser) -> dict[str, list[str]]:
     """command -> its options, from the CLI's parser `root` (train and launch have their own
     parsers). The CLI passes its parser in: this module does not import the CLI."""
+    # launch's parsers (about 200 modules), only for `kubeddp completion`
     from kubeddp.trainer.launcher.launch import launch_parser, train_parser
 
     sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))

@@ -9,11 +9,18 @@ and exit code. Heavy imports (torch, the Kubernetes client) happen inside each s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
+from kubeddp.tools.cli.output import OutputError, checked_stdout, say
 from kubeddp.trainer import __version__, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, duration, number
+from kubeddp.trainer.launcher import end_signals
+
+# Imported in functions: each command's own modules, so that `kubeddp launch`/`train` in a pod
+# import no manifest or cluster code and `kubeddp --help` no launcher, keeper or torch
+# (tests/unit/test_torchrun_args.py, tests/unit/test_completion.py).
 
 EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 DEBUG_ENV = "KUBEDDP_DEBUG"  # =1: an internal error shows its traceback
@@ -23,13 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     """Every command ends with a code of trainer/exit_codes.py: Ctrl-C is INTERRUPTED, and
     anything unexpected is one INTERNAL_ERROR line (KUBEDDP_DEBUG=1 shows the traceback)."""
     if argv is None:  # the `kubeddp` command itself: launch's last moments ignore SIGTERM
-        from kubeddp.trainer.launcher import end_signals
-
         end_signals.PROCESS_ENDS_WITH_LAUNCH = True
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "kubeddp"
-    from kubeddp.tools.cli.output import OutputError, checked_stdout
-
     try:
         if command in ("launch", "train") and "--dry-run" not in argv:
             return _dispatch(argv)  # training's output is its workers' own
@@ -86,8 +89,6 @@ def _dispatch(argv: list[str]) -> int:
     try:
         return args.handler(args)
     except KubeddpError as exc:
-        from kubeddp.tools.cli.output import say
-
         for line in exc.done:  # what it did before it failed (created, deleted)
             print(line)
         for line in exc.cli_lines():
@@ -269,8 +270,6 @@ def _add_cluster_options(parser: argparse.ArgumentParser, with_namespace: bool) 
 
 
 def _fail(command: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    from kubeddp.tools.cli.output import say
-
     say(f"kubeddp {command}: error: {message}")
     return code
 
@@ -351,8 +350,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import json
-
     import yaml
 
     report = _client(args).status(args.name, args.kind)

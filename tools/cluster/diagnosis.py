@@ -25,6 +25,9 @@ from kubeddp.trainer.launcher.stall_watch import (
 if TYPE_CHECKING:
     from kubeddp.tools.manifests.kinds import JobKind
 
+# Imported in functions: the cluster client (16 modules), for reading pod logs only; parsing stall
+# reports needs none of it.
+
 LOG_TAIL = 400
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z (.*)$")
 _STEP = re.compile(r"^step\s+(\d+)/(\d+) \|")

@@ -92,6 +92,7 @@ def _number(value: object) -> int | None:
 
 def _pods(cluster: Cluster, kind: JobKind, name: str) -> tuple[list[dict], pod_metrics.MetricsRead]:
     """The job's pods as listed, and as `status` shows them (health and metrics lines)."""
+    # 60 modules, only for `status`: `kubeddp --help` imports this module
     from kubeddp.tools.cluster import diagnosis
 
     listed = cluster.list_pods(f"{kind.job_name_label}={name}")

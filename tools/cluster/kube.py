@@ -25,6 +25,9 @@ from kubeddp.tools.manifests.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from kubeddp.tools.manifests.resources import COMPANION_RESOURCES, POD, POD_MONITOR, Resource
 from kubeddp.trainer.deadline import DeadlineExceeded, call_within
 
+# Imported in functions: only the transport chosen: kubectl_proxy (52 modules: subprocess, http,
+# ssl) or kube_client (the `kube` extra).
+
 __all__ = ["Cluster", "Expected", "KubeError", "KubeInputError", "explain", "object_path"]
 
 INSTALL_HINTS = {  # by API group: what to install when its API is missing

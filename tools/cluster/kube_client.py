@@ -32,6 +32,9 @@ from kubeddp.tools.cluster.kube_transport import (
 )
 from kubeddp.trainer import __version__
 
+# Imported in functions: kubernetes and urllib3, the `kube` extra: optional (kube.py uses `kubectl
+# proxy` without it).
+
 USER_AGENT = f"kubeddp/{__version__}"
 
 

@@ -53,6 +53,7 @@ class MetricsRead:
 
 def parse(pod: str, text: str) -> PodMetrics:
     """The samples of Prometheus' text format (prometheus_client's own parser)."""
+    # prometheus_client (77 modules), only for `status`: `kubeddp --help` imports this module
     from prometheus_client.parser import text_string_to_metric_families
 
     samples = [

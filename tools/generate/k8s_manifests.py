@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from kubeddp.tools.cli.main import build_parser
 from kubeddp.tools.generate.files import write_or_check
 from kubeddp.tools.manifests.chart.render import render_documents, to_yaml
 from kubeddp.tools.manifests.chart.render_options import values_from_args
@@ -91,8 +92,6 @@ def keeper_secrets(docs: list[dict]) -> list[str]:
 
 
 def render_args(argv: list[str]):
-    from kubeddp.tools.cli.main import build_parser
-
     return build_parser().parse_args(["render", *argv, "--validate-against", "offline"])
 
 

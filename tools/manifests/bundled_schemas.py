@@ -56,6 +56,7 @@ def _core() -> dict[str, Any]:
 @functools.cache
 def core_validator(key: str) -> Any | None:
     """A jsonschema validator for a core apiVersion/kind, or None when it is not bundled."""
+    # jsonschema, the `cli` extra: optional (`kubeddp --help` imports this module)
     import jsonschema
 
     core = _core()

@@ -84,6 +84,7 @@ def backend() -> str:
 @functools.cache
 def _library_chart_loader() -> Any:
     try:
+        # helm_python, the `helm` extra: optional (the helm binary is used without it)
         import helm_python
     except ImportError:
         raise HelmUnavailable(f"no helm binary on PATH; {INSTALL_HELM}") from None

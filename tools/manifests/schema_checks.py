@@ -25,6 +25,9 @@ from typing import Any
 from kubeddp.tools.manifests import bundled_schemas
 from kubeddp.tools.manifests.bundled_schemas import KUBERNETES_SCHEMA_VERSION
 
+# Imported in functions: jsonschema (the `cli` extra), kubernetes_validate, pydantic and the
+# Kubeflow SDK models (the `sdk` extra): optional.
+
 Issue = tuple[str, str]
 # Fields whose SDK type says `str` but which the API accepts as int-or-string quantities.
 QUANTITY_MAPS = {"limits", "requests", "capacity"}

@@ -21,6 +21,9 @@ from kubeddp.trainer.launcher.cpus import available_cpus, threads_per_worker
 if TYPE_CHECKING:
     from kubeddp.trainer.launcher.rendezvous_plan import RendezvousPlan
 
+# Imported in functions: torch.distributed (torchrun's agent): `kubeddp train --help` imports this
+# module and must not import torch (tests/unit/test_torchrun_args.py).
+
 WORKER_MODULE = "kubeddp.trainer.worker"
 # Seconds the agent waits for preempted workers beyond their own save budget (exit, flush).
 SHUTDOWN_MARGIN_SECONDS = 10

@@ -233,6 +233,8 @@ def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
     """The pitfalls `kubeddp check` would name in the script, as warnings."""
     if args.script is None:
         return
+    # the script checker (7 modules), only for a --script run: `kubeddp train --help` imports this
+    # module
     from kubeddp.trainer.script_check.checks import warnings_for
 
     warned = warnings_for(args.script, args.nnodes, after_dash)

@@ -42,6 +42,9 @@ from kubeddp.trainer.launcher.rendezvous import (
 )
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
 
+# Imported in functions: torch (devices and compiled import it too): `kubeddp train --help` imports
+# this module and must not import torch (tests/unit/test_torchrun_args.py).
+
 DEFAULT_RDZV_WAIT_SECONDS = 600.0
 MAX_RDZV_WAIT_SECONDS = 7 * 24 * 3600.0  # a finite bound: nan or inf would wait forever
 

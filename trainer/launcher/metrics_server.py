@@ -26,6 +26,9 @@ from kubeddp.trainer.launcher.pushgateway import (
     push_summary,
 )
 
+# Imported in functions: prometheus_client and the collectors that import it, once the pod serves
+# /metrics: `kubeddp train --help` imports this module.
+
 
 class MetricsSetupError(ValueError):
     """A metrics setting is wrong; the message names the value and the fix."""

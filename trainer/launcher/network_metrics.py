@@ -22,6 +22,7 @@ class NetworkCheckCollector:
         self.path = Path(directory) / NETWORK_CHECK_FILE
 
     def collect(self) -> Iterator[Any]:
+        # prometheus_client: imported with /metrics (metrics_server.py), not with this module
         from prometheus_client.core import GaugeMetricFamily
 
         try:

@@ -37,7 +37,10 @@ from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination
 from kubeddp.trainer.launcher.stall_watch import StallWatch, start_diagnostics
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.process_contract import resolved_config_env
-from kubeddp.trainer.worker.program import Program
+from kubeddp.trainer.worker.program import Program, run_program
+
+# Imported in functions: the worker (torch) and torch's elastic agent: `kubeddp train --help`
+# imports this module and must not import torch (tests/unit/test_torchrun_args.py).
 
 
 def _log(msg: str) -> None:
@@ -107,8 +110,6 @@ def _say_plan(launch_plan: LaunchPlan) -> None:
 
 def _run_as_torchrun_worker(program: Program | None, cfg: Config) -> int:
     if program is not None:
-        from kubeddp.trainer.worker.program import run_program
-
         os.environ.update(resolved_config_env(cfg))  # the runner reads the SIGTERM grace
         return run_program(program)
     from kubeddp.trainer.worker.entry import run

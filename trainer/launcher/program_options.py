@@ -277,6 +277,7 @@ def program_spawns_workers(program: Program, flag: bool | None) -> bool:
         return flag
     if program.mode != "script":
         return False  # a module is not read: --spawns-workers says so
+    # the script reader (4 modules), only for a script: `kubeddp train --help` imports this module
     from kubeddp.trainer.script_check.spawn import spawns_workers
 
     return spawns_workers(program.target)

@@ -12,6 +12,9 @@ import socket
 import time
 from typing import Any
 
+# Imported in functions: prometheus_client (about 100 modules), only when a run pushes its summary:
+# `kubeddp train --help` imports this module.
+
 PUSH_TIMEOUT_SECONDS = 10.0
 _HOST_PORT = re.compile(r"^(https?://)?[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 

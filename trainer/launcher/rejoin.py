@@ -57,6 +57,8 @@ class RendezvousRounds:
         )
 
     def _connect(self) -> Any:
+        # torch: `kubeddp train --help` imports this module and must not import torch
+        # (tests/unit/test_torchrun_args.py)
         from torch.distributed import TCPStore
 
         timeout = timedelta(seconds=self.deadline_seconds)

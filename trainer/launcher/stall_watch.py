@@ -295,6 +295,8 @@ def start_diagnostics(
         return None
     watch = StallWatch(settings, checkpoint_dir, log)
     if metrics is not None:
+        # prometheus_client (through diag_metrics), only when /metrics is served: `kubeddp train
+        # --help` imports this module
         from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
 
         metrics.registry.register(ProgressCollector(watch, metrics.cfg.per_rank))

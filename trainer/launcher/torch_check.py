@@ -17,6 +17,9 @@ from importlib import metadata
 
 from kubeddp.trainer.constants import ENV_SKIP_TORCH_CHECK
 
+# Imported in functions: packaging, not a dependency of kubeddp: used where installed, else
+# fallback_contains.
+
 DISTRIBUTION = "kubeddp"
 # The newest torch release the workflow's torch-range job tests (tests/unit/test_torch_range.py
 # keeps the two equal). A newer one is not refused: launch says it once, and goes on.

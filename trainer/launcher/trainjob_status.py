@@ -41,6 +41,9 @@ from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.deadline import exchange, shut_connection
 from kubeddp.trainer.launcher import scratch
 
+# Imported in functions: http.client and ssl (6 modules), only on a TrainJob whose status is posted:
+# `kubeddp train --help` imports this module.
+
 # trainjobstatus.go envNameStatusURL / envNameCACert / envNameToken
 ENV_URL = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"

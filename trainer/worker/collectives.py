@@ -19,6 +19,9 @@ from kubeddp.trainer.process_contract import COLLECTIVES
 from kubeddp.trainer.worker.grad_ready import LastGradient
 from kubeddp.trainer.worker.heartbeat import Heartbeat
 
+# Imported in functions: torch: `kubeddp train --help` imports this module (through program_watch)
+# and must not import torch (tests/unit/test_torchrun_args.py).
+
 _MARK = "_kubeddp_counted"
 
 

@@ -30,8 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import DDPConfig
+
+# Imported in functions: torch's DDP comm hooks, which `import torch` does not load: only a job that
+# sets ddp.comm_hook needs them.
 
 HOOKS = ("none", "bf16", "fp16", "powersgd")
 
@@ -69,7 +74,6 @@ def register(model: Any, hook: CommHook | None, on_ready: Callable[[], None] | N
     CUDA 11+ and NCCL 2.10+ the check is about), and a job must behave the same with and
     without the straggler mark."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     if not isinstance(model, DDP) or (hook is None and on_ready is None):
         return
@@ -140,8 +144,6 @@ class PowerSGD:
     def __call__(self, state: Any, bucket: Any) -> Any:
         del state  # registered with None: the hook's state is ours
         if self.serial is None:
-            import torch.distributed as dist
-
             self.serial = dist.get_backend() == "gloo"
         if self.serial and self.pending is not None:
             self.pending.wait()  # see __init__

@@ -196,6 +196,8 @@ class Curves:
             if storage_rules.is_directory(self.target):
                 self.directory = Path(self.target)
             else:
+                # the checkpoint package (torch), only for curves kept in object storage:
+                # kubeddp.api imports this module
                 from kubeddp.trainer.worker.checkpoint.backends import storage_for
 
                 self._store = storage_for(self.target)

@@ -30,6 +30,10 @@ if TYPE_CHECKING:  # both import torch, which run() imports only once the config
     from kubeddp.trainer.worker.distributed import DistContext
     from kubeddp.trainer.worker.network import NetworkReport
 
+# Imported in functions: the training modules (checkpoint, diagnostics, distributed, loop,
+# preemption import torch; metrics and failures 51 modules), once the config is known good: a bad
+# config fails at once, without torch's second or two.
+
 
 def main(argv: list[str] | None = None) -> int:
     die_with_launcher()  # first: a launcher killed from now on takes this worker with it

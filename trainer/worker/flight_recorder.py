@@ -46,6 +46,8 @@ def _answer(fifo: Path, out: Path) -> None:
         except OSError:
             return
         try:
+            # inside the try: a torch built without distributed has no c10d (the answer then says
+            # so)
             import torch._C._distributed_c10d as c10d
 
             text = c10d._dump_fr_trace_json()

@@ -91,6 +91,7 @@ class Heartbeat:
         os.replace(tmp, path)
         self._stacks = open(stacks_path(directory, rank), "a")  # noqa: SIM115 (kept open)
         faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        # 54 modules, only once the stacks file is open: `kubeddp train --help` imports this module
         from kubeddp.trainer.worker import flight_recorder
 
         flight_recorder.start_responder(directory, rank)

@@ -317,6 +317,8 @@ class TrainingMetrics:
             self._file.write(record)
 
     def _sample_gpu_memory(self) -> None:
+        # torch, only for a GPU's memory: launch imports this module (FAMILIES, for /metrics)
+        # without torch
         import torch
 
         self._rank_values[GPU_MEMORY.name] = torch.cuda.memory_allocated(self._cuda_device)

@@ -113,6 +113,7 @@ def start(
     if ctx.is_main:
         _log_warnings(gathered, log)
     if check_wanted(cfg, report.nodes, any_rejoined):
+        # the network check, only when network.check asks for it
         from kubeddp.trainer.worker.netcheck import run_check
 
         report = replace(report, check=run_check(cfg, ctx, members, log))

@@ -29,6 +29,7 @@ from typing import NoReturn
 
 from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.common import one_line
+from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.worker import program_rendezvous, program_watch, spawn_guard, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
 from kubeddp.trainer.worker.parent_death import die_with_launcher
@@ -74,8 +75,6 @@ def _log(message: str) -> None:
 
 
 def _preempt_grace_seconds() -> float:
-    from kubeddp.trainer.config import ConfigError
-
     try:
         cfg = process_contract.resolved_config(os.environ)
     except ConfigError as exc:

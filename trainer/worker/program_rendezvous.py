@@ -21,6 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+# Imported in functions: torch.distributed: `kubeddp train --help` imports this module and must not
+# import torch (tests/unit/test_torchrun_args.py).
+
 AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 
 

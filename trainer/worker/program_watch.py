@@ -66,6 +66,8 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 
 
 def _hook(hb: Any) -> None:
+    # torch: `kubeddp train --help` imports this module (through program.py) and must not import
+    # torch
     import torch.optim.optimizer as optim
 
     collectives.install(hb)

@@ -25,6 +25,9 @@ import time
 
 from kubeddp.trainer import constants, exit_codes
 
+# Imported in functions: the config (yaml, 38 modules) and process_contract, only when the grace is
+# read: kubeddp.api imports this module and must stay cheap.
+
 # Seconds the main thread has to run the SIGTERM handler before the worker counts as stuck in
 # native code: a program that polls may be inside one long kernel; one that never polls is
 # ended by the handler anyway.

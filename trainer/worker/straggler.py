@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from kubeddp.trainer.common import this_pod
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
@@ -59,8 +60,6 @@ class StragglerWatch:
         """Collective (every rank, at the same log step)."""
         if not self.enabled:
             return
-        import torch.distributed as dist
-
         if self._where is None:  # `pod P, node N`, and the GPU a health panel knows it by
             uuid = gpu_uuid(self.ctx.device)
             self._where = gather_objects(this_pod() + (f", GPU {uuid}" if uuid else ""))

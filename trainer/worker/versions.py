@@ -15,6 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# Imported in functions: torch, only for a CUDA device: the metrics module imports this one without
+# torch.
+
 # The kernel module's version file: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04
 # ..." (proprietary) or "... Open Kernel Module for x86_64  580.159.04 ..." (open modules).
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")

@@ -25,6 +25,8 @@ from kubeddp.tools.manifests.k8s_names import CHECKPOINTS_ANNOTATION, NETWORK_AN
 from kubeddp.tools.manifests.resources import APPLY_FIRST, APPLY_LAST
 from kubeddp.trainer import yaml_io
 
+# Imported in functions: jsonschema, the `cli` extra: optional (a pod renders nothing).
+
 CHART_PACKAGE = "kubeddp.chart"
 HOOK_ANNOTATION = "helm.sh/hook"
 # `helm test` pods are not part of the job; an install hook (a TrainJob's runtime) is

@@ -25,6 +25,7 @@ def storage_for(location: str | Path) -> CheckpointStorage:
     if scheme:
         module, _, name = storage_rules.OBJECT_STORES[scheme][0].partition(":")
         return getattr(importlib.import_module(module), name).from_url(text)
+    # only the backend the URL names is imported (the object stores' through storage_rules, above)
     from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 
     return LocalStorage(location)

@@ -48,6 +48,8 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     reason,
 )
 
+# Imported in functions: boto3 and botocore, the `s3` extra: optional.
+
 PROBE = ".kubeddp-probe"
 OWNER_NOTE = ".kubeddp-checkpoints"
 SPOOL_BYTES = 64 * 2**20
