@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.constants import CHECKPOINT_DIR
 from kubeddp.trainer.script_check.model import (
     ParsedScript,
@@ -46,7 +47,7 @@ TENSOR_FACTORIES = {"tensor", "zeros", "ones", "rand", "randn", "empty", "full",
 # A condition that names the rank: saving under it is saving on one rank (or one per node).
 RANK_WORDS = re.compile(r"rank|gpu_id|is_main|main_process|is_master|is_primary|master_process")
 LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
-LOCAL_RANK_MACRO = "${local_rank}"
+LOCAL_RANK_MACRO = constants.LOCAL_RANK_MACRO
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 # In a pod these are the pod's own (an emptyDir, memory): gone when it is recreated.
 LOST_WITH_THE_POD = ("/tmp/", "/dev/shm/")

@@ -19,6 +19,7 @@ import re
 import tempfile
 from typing import IO, Any
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.worker.checkpoint.storage import (
     CKPT_RE,
     MARKER,
@@ -31,7 +32,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 
 # Bucket names as S3 allows them (3-63 characters, lower case, digits, dots, hyphens).
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-PROBE = ".kubeddp-probe"
+PROBE = constants.CHECKPOINT_PROBE
 OWNER_NOTE = ".kubeddp-checkpoints"
 SPOOL_BYTES = 64 * 2**20
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
