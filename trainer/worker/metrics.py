@@ -283,9 +283,10 @@ class TrainingMetrics:
         if self._latest is not None:
             step, epoch, lr = self._latest
             m.step.set(step)
-            for gauge, value in ((m.epoch, epoch), (m.lr, lr)):
-                if value is not None:
-                    gauge.set(value)
+            if epoch is not None:
+                m.epoch.set(epoch)
+            if lr is not None:
+                m.lr.set(lr)
             self._latest = None
         if self._loss is not None:
             m.loss.set(self._loss)
