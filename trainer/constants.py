@@ -87,6 +87,9 @@ KEEPER_TOKEN_KEY = "token"
 # The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
 # SIGTERM has for its save and its last send to the keeper (default below).
 ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
+# The time a finished pod's last send is given beyond its bytes at the planned rate (default
+# 30 s: trainer/keeper/sizing.py SEND_SLACK_SECONDS; tests make it short)
+ENV_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS = "KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS"
 TERMINATION_GRACE_SECONDS = 2 * PREEMPT_GRACE_SECONDS  # the manifests' default
 # Another block size (bytes, 1 MiB to 256 MiB; default 64 MiB) for the digests the checkpoint
 # writer records and the keeper's transfers: smaller blocks make more of them run in parallel

@@ -22,6 +22,15 @@ def test_a_finished_pods_last_send_follows_what_is_pending() -> None:
     big = sizing.send_seconds({}, 60, False, 20 * GIB)
     assert big == sizing.final_send_seconds(20 * GIB) > 120
     assert sizing.final_send_seconds(10 * GIB) > sizing.final_send_seconds(GIB)
+    short = {
+        "KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS": "2",
+        "KUBEDDP_TERMINATION_GRACE_SECONDS": "1",
+    }
+    assert sizing.send_seconds(short, 60, False, 0) == 2  # the slack a test makes short
+    assert sizing.send_seconds(short, 60, False, 25e6) == 3
+    for bad in ("0", "nan", "soon"):
+        slack = {**short, "KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS": bad}
+        assert sizing.send_seconds(slack, 60, False, 0) == sizing.SEND_SLACK_SECONDS
 
 
 def test_keeper_resources() -> None:

@@ -35,9 +35,9 @@ KEEPER_MEMORY_MIB = 256
 SCRIPT_FILES_BYTES = 2**30  # a user's program's own files beside the checkpoints (emptyDir)
 
 
-def final_send_seconds(checkpoint_bytes: float) -> float:
+def final_send_seconds(checkpoint_bytes: float, slack: float = SEND_SLACK_SECONDS) -> float:
     """Time to send one checkpoint to the keeper at the planned floor rate."""
-    return SEND_SLACK_SECONDS + max(0.0, checkpoint_bytes) / FLOOR_BYTES_PER_SECOND
+    return slack + max(0.0, checkpoint_bytes) / FLOOR_BYTES_PER_SECOND
 
 
 def send_after_signal_seconds(termination_grace: float, preempt_grace: float) -> float:
@@ -52,17 +52,24 @@ def send_seconds(
 ) -> float:
     """The bound of a pod's last send: after SIGTERM what the grace period leaves (the pod's
     KUBEDDP_TERMINATION_GRACE_SECONDS, else the manifests' default); else the time the
-    pending bytes need at the floor rate, and never less than that grace."""
-    raw = env.get(constants.ENV_TERMINATION_GRACE_SECONDS, "")
-    try:
-        grace = float(raw) if raw else float(constants.TERMINATION_GRACE_SECONDS)
-    except ValueError:
-        grace = float(constants.TERMINATION_GRACE_SECONDS)
-    if not math.isfinite(grace) or grace <= 0:
-        grace = float(constants.TERMINATION_GRACE_SECONDS)
+    pending bytes need at the floor rate (plus the slack, KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_
+    SECONDS or 30 s), and never less than that grace."""
+    grace = _seconds(
+        env, constants.ENV_TERMINATION_GRACE_SECONDS, constants.TERMINATION_GRACE_SECONDS
+    )
     if signalled:
         return send_after_signal_seconds(grace, preempt_grace)
-    return max(grace, final_send_seconds(pending_bytes))
+    slack = _seconds(env, constants.ENV_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS, SEND_SLACK_SECONDS)
+    return max(grace, final_send_seconds(pending_bytes, slack))
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from `env`, else `default` (unset or not one)."""
+    try:
+        value = float(env.get(name) or default)
+    except ValueError:
+        return float(default)
+    return value if math.isfinite(value) and value > 0 else float(default)
 
 
 def keeper_resources(bytes_per_second: float = 200e6) -> dict:
