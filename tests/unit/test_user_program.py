@@ -24,7 +24,7 @@ from kubeddp.trainer import exit_codes
 from kubeddp.trainer.launcher.program_options import torchrun_worker_args
 from kubeddp.trainer.process_contract import resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
-from tests.helpers import cluster_commands
+from tests.helpers import cli
 from tests.helpers.procs import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,18 +57,13 @@ def kubeddp_process(*args: str, cwd: Path | None = None) -> subprocess.Completed
 
 @pytest.fixture
 def kubeddp(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """`kubeddp ARGS` in this process (its exit code, stdout and stderr), in the clean
-    environment and working directory a process would get: planning and refusing need no
-    process of their own (kubeddp_process above proves the command runs as one)."""
+    """`kubeddp ARGS` in this process, in the clean environment and working directory a
+    process would get: planning and refusing need no process of their own (kubeddp_process
+    above proves the command runs as one)."""
 
     def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
-        for name in list(os.environ):
-            monkeypatch.delenv(name)
-        for name, value in clean_env({"KUBEDDP_DRY_RUN_GPUS": "0", **(env or {})}).items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.chdir(cwd or REPO)
-        code, out, err = cluster_commands.run(list(args), capsys)
-        return subprocess.CompletedProcess(["kubeddp", *args], code, out, err)
+        env = {"KUBEDDP_DRY_RUN_GPUS": "0", **(env or {})}
+        return cli.run(list(args), monkeypatch, capsys, env, cwd)
 
     return run
 
