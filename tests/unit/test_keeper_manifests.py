@@ -331,3 +331,20 @@ def test_helm_keeps_the_secret_a_running_job_uses(release, tmp_path: Path) -> No
             tokens.append(secret["data"][C.KEEPER_TOKEN_KEY])
     assert tokens[0] == kept
     assert tokens[1] != kept and len(base64.b64decode(tokens[1])) == 32
+
+
+def test_the_docs_give_the_charts_grace_periods() -> None:
+    """docs/checkpoints.md states the sum and two of its results: they are the chart's (a
+    constant changed in sizing.py, or a sum changed in _keeper.tpl, must reach the page)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md").read_text()
+    page = " ".join(page.split())
+    s = sizing
+    formula = (
+        f"preempt grace + {s.SHUTDOWN_MARGIN_SECONDS:g} s + {s.SEND_SLACK_SECONDS:g} s + size / "
+        f"{s.FLOOR_BYTES_PER_SECOND / 1e6:g} MB/s + {s.KILL_MARGIN_SECONDS:g} s"
+    )
+    assert formula in page
+    for gib, said in ((4, "277 s for a 4 GiB checkpoint"), (10, "535 s for 10 GiB")):
+        values = {"kind": "IndexedJob", "checkpoints": {"size": f"{4 * gib}Gi"}}  # keep 3: /4
+        (pod,) = [t["spec"] for t in pod_templates(job_of(objects(values)))]
+        assert said in page and said.startswith(f"{pod['terminationGracePeriodSeconds']} s ")
