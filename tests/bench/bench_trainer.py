@@ -15,10 +15,9 @@ from tests.bench.common import (
     StepTimes,
     bench_env,
     kubeddp_cmd,
-    median,
     not_measured,
+    paired,
     run_job,
-    spread,
     torchrun_cmd,
 )
 
@@ -96,8 +95,12 @@ def _alternate(
     reps: int,
     arms: dict[str, list[str]],
     timeout: float,
+    baselines: dict[str, str] | None = None,
 ) -> dict[str, list[StepTimes]]:
-    """Run overhead_worker.py: baseline and kubeddp arms alternating in one 2-process job."""
+    """Run overhead_worker.py: hand-written loop arms (`baselines`: {arm: AdamW kernel}; the
+    fused one, as kubeddp picks, by default) and kubeddp arms alternating in one 2-process
+    job."""
+    baselines = baselines or {BASELINE: "fused"}
     out = work / tag
     out.mkdir(parents=True, exist_ok=True)
     prom = work / f"{tag}-prometheus"
@@ -115,6 +118,7 @@ def _alternate(
         f"--steps={steps}",
         "--base=" + json.dumps(base),
         "--arms=" + json.dumps(arms),
+        "--baselines=" + json.dumps(baselines),
     ]
     diag = work / f"{tag}-diagnostics"  # heartbeat records, as kubeddp launch makes them
     diag.mkdir(exist_ok=True)
@@ -125,8 +129,21 @@ def _alternate(
     run_job(cmd, env, work / f"{tag}.log", timeout)
     return {
         arm: [StepTimes.read(out / f"{arm}-{r}.json") for r in range(reps)]
-        for arm in ("baseline", *arms)
+        for arm in (*baselines, *arms)
     }
+
+
+BASELINE = "baseline"
+LOOP = "baseline_ddp.py loop (fused AdamW, as kubeddp), same processes, alternating"
+
+
+def per_cpu_second(times: StepTimes) -> float:
+    """Samples per CPU-second of rank 0 (all its threads) after warm-up."""
+    return times.samples_per_step / times.cpu_seconds_per_step()
+
+
+def _pairs(runs: dict[str, list[StepTimes]], arm: str, base: str, of) -> list[tuple[float, float]]:  # noqa: ANN001
+    return [(of(a), of(b)) for a, b in zip(runs[arm], runs[base], strict=True)]
 
 
 def bench_overhead(
@@ -137,18 +154,20 @@ def bench_overhead(
     Every kubeddp arm records metrics (a real prometheus multiprocess directory). The first
     has the baseline's arithmetic (clipping off) and the default checkpointing (end of epoch,
     so none inside the measured steps); the second adds an async checkpoint every
-    `ckpt_every` steps; the third runs every trainer default (adds gradient clipping)."""
+    `ckpt_every` steps; the third runs every trainer default (adds gradient clipping). The
+    loop runs with the AdamW kernel kubeddp picks (fused) and, for context, with torch's
+    default kernel (what the tutorial's `AdamW(params, lr)` gets). Every ratio is the median
+    of `reps` alternating pairs, in samples per CPU-second and in wall-clock samples/s."""
     arms = {
         "kubeddp": ["train.grad_clip=0"],
         "kubeddp-ckpt": ["train.grad_clip=0", f"checkpoint.every_steps={ckpt_every}"],
         "kubeddp-defaults": [],
         "kubeddp-no-diagnostics": ["train.grad_clip=0", "diagnostics.enabled=false"],
     }
-    runs = _alternate(work, "overhead", model, steps, reps, arms, timeout)
-    rows = [_diagnostics_row(runs, f"{model.describe()}, 2 processes, gloo, {steps} steps")]
-    base_sps = [t.samples_per_second() for t in runs["baseline"]]
-    base_cpu = [t.cpu_seconds_per_step() for t in runs["baseline"]]
+    baselines = {BASELINE: "fused", "baseline-adamw-default": "default"}
+    runs = _alternate(work, "overhead", model, steps, reps, arms, timeout, baselines)
     what = f"{model.describe()}, 2 processes, gloo, {steps} steps per run, metrics on"
+    rows = [_diagnostics_row(runs, what)]
     labels = {
         "kubeddp": ("kubeddp / hand-written DDP loop", ">= 0.98", f"{what}; clipping off"),
         "kubeddp-ckpt": (
@@ -161,74 +180,57 @@ def bench_overhead(
             "",
             "the gap to the first row is what gradient clipping costs",
         ),
+        "baseline-adamw-default": (
+            "hand-written loop with torch's default AdamW / with fused AdamW",
+            "",
+            "context: what the optimizer kernel alone is worth on this model",
+        ),
     }
     for arm, (name, goal, note) in labels.items():
-        cpu = [t.cpu_seconds_per_step() for t in runs[arm]]
-        ratios = [b / k for k, b in zip(cpu, base_cpu, strict=True)]
-        rows.append(
-            Row(
-                "overhead",
-                f"samples per CPU-second, {name}",
-                median(ratios),
-                "baseline_ddp.py loop, same processes, alternating",
-                f"{median(cpu) * 1000:.2f} vs {median(base_cpu) * 1000:.2f} CPU-ms per step",
-                goal,
-                f"{note}; {spread(ratios)}",
-            )
-        )
+        rows.append(paired("overhead", f"samples per CPU-second, {name}", LOOP,
+                           _pairs(runs, arm, BASELINE, per_cpu_second),
+                           "samples per CPU-second", goal, note))  # fmt: skip
     for arm, (name, _, _) in labels.items():
-        sps = [t.samples_per_second() for t in runs[arm]]
-        ratios = [k / b for k, b in zip(sps, base_sps, strict=True)]
-        rows.append(
-            Row(
-                "overhead",
-                f"wall-clock samples/s, {name}",
-                median(ratios),
-                "baseline_ddp.py loop, same processes, alternating",
-                f"{median(sps):,.0f} vs {median(base_sps):,.0f} samples/s",
-                "",
-                f"includes waits for cores that other jobs hold; {spread(ratios)}",
-            )
-        )
+        rows.append(paired("overhead", f"wall-clock samples/s, {name}", LOOP,
+                           _pairs(runs, arm, BASELINE, StepTimes.samples_per_second),
+                           "samples/s", "",
+                           "includes waits for cores that other jobs hold"))  # fmt: skip
     return rows
 
 
 def _diagnostics_row(runs: dict[str, list[StepTimes]], what: str) -> Row:
     """Diagnostics on (heartbeat, collective counts, straggler gather at log steps, the
     divergence check) over off, in the same processes, alternating."""
-    on = [t.cpu_seconds_per_step() for t in runs["kubeddp"]]
-    off = [t.cpu_seconds_per_step() for t in runs["kubeddp-no-diagnostics"]]
-    ratios = [b / a for a, b in zip(on, off, strict=True)]
-    return Row(
+    return paired(
         "overhead",
         "samples per CPU-second, diagnostics on / off",
-        median(ratios),
         "the same Trainer with diagnostics.enabled=false, same processes, alternating",
-        f"{median(on) * 1000:.2f} vs {median(off) * 1000:.2f} CPU-ms per step",
+        _pairs(runs, "kubeddp", "kubeddp-no-diagnostics", per_cpu_second),
+        "samples per CPU-second",
         ">= 0.99",
-        f"{what}; {spread(ratios)}",
+        what,
     )
 
 
 def bench_step_cost(work: Path, model: CharLM, steps: int, reps: int, timeout: float) -> list[Row]:
     """A model so small that the loop's own per-step work dominates: CPU time per step,
-    kubeddp over baseline, and the difference in ms (checkpoints off, metrics on)."""
+    kubeddp over baseline (checkpoints off, metrics on)."""
     arms = {"kubeddp": ["train.grad_clip=0"], "kubeddp-defaults": []}
     runs = _alternate(work, "stepcost", model, steps, reps, arms, timeout)
-    step = {arm: [t.cpu_seconds_per_step() for t in times] for arm, times in runs.items()}
-    ratios = [k / b for k, b in zip(step["kubeddp"], step["baseline"], strict=True)]
-    extra_ms = [(k - b) * 1000 for k, b in zip(step["kubeddp"], step["baseline"], strict=True)]
+
+    def cpu_ms(times: StepTimes) -> float:
+        return times.cpu_seconds_per_step() * 1000
+
     return [
-        Row(
+        paired(
             "overhead",
             "CPU time per step on a tiny model, kubeddp / hand-written loop",
-            median(ratios),
-            "baseline_ddp.py loop, same processes, alternating",
-            f"{median(step['kubeddp']) * 1000:.2f} vs {median(step['baseline']) * 1000:.2f} "
-            f"CPU-ms ({median(extra_ms):+.2f} ms per step)",
+            LOOP,
+            _pairs(runs, "kubeddp", BASELINE, cpu_ms),
+            "CPU-ms per step",
             "",
             f"{model.describe()}, 2 processes: the fixed per-step cost of kubeddp's loop "
-            f"(stop-flag all_reduce, metrics, logging); {spread(ratios)}",
+            "(stop-flag all_reduce, metrics, logging); lower is cheaper",
         )
     ]
 
@@ -237,7 +239,7 @@ def bench_startup(work: Path, model: CharLM, steps: int, reps: int, timeout: flo
     """`kubeddp train --nproc 2` vs `torchrun baseline_ddp.py`, separate launches, alternating:
     time from process start to the first completed step, and whole-run throughput."""
     extra = ["train.grad_clip=0", "train.eval_batches=1"]
-    startup, throughput, start_k, start_b = [], [], [], []
+    startup, throughput = [], []
     for rep in range(reps):
         got = {}
         for side in ("base", "kube") if rep % 2 == 0 else ("kube", "base"):
@@ -247,68 +249,41 @@ def bench_startup(work: Path, model: CharLM, steps: int, reps: int, timeout: flo
             else:
                 got[side] = run_kubeddp(work, tag, 2, model, steps, extra, timeout)
         (k_times, k_start), (b_times, b_start) = got["kube"], got["base"]
-        start_k.append(k_start)
-        start_b.append(b_start)
-        startup.append(k_start / b_start)
-        throughput.append(k_times.samples_per_second() / b_times.samples_per_second())
+        startup.append((k_start, b_start))
+        throughput.append((k_times.samples_per_second(), b_times.samples_per_second()))
+    against = "torchrun --standalone baseline_ddp.py, separate launches, alternating"
     return [
-        Row(
-            "startup",
-            "process start to first completed step, kubeddp train / torchrun baseline",
-            median(startup),
-            "torchrun --standalone baseline_ddp.py",
-            f"{median(start_k):.1f} s vs {median(start_b):.1f} s",
-            "",
-            f"2 processes, {model.describe()}; {spread(startup)}",
-        ),
-        Row(
-            "startup",
-            "throughput of the same separate launches, kubeddp / baseline",
-            median(throughput),
-            "torchrun --standalone baseline_ddp.py",
-            "",
-            "",
-            f"noisier than the alternating row above (launches minutes apart); "
-            f"{spread(throughput)}",
-        ),
-    ]
+        paired("startup", "process start to first completed step, kubeddp train / torchrun "
+               "baseline", against, startup, "s", "",
+               f"2 processes, {model.describe()}; lower is faster"),
+        paired("startup", "throughput of the same separate launches, kubeddp / baseline",
+               against, throughput, "samples/s", "",
+               "noisier than the alternating rows of the overhead section (launches minutes "
+               "apart)"),
+    ]  # fmt: skip
 
 
 def bench_scaling(work: Path, model: CharLM, steps: int, reps: int, timeout: float) -> list[Row]:
     """1 -> 2 processes, one intra-op thread each: the 2-process run uses exactly twice the
     cores, so the ideal is 2x samples/s (per-process batch fixed, as DDP users scale)."""
-    efficiencies, one, two, cpu_eff = [], [], [], []
+    efficiency, cpu = [], []
     for rep in range(reps):
         runs = {}
         for nproc in (1, 2) if rep % 2 == 0 else (2, 1):
             tag = f"scaling-{nproc}p-{rep}"
             runs[nproc] = run_kubeddp(work, tag, nproc, model, steps, [], timeout)[0]
-        one.append(runs[1].samples_per_second())
-        two.append(runs[2].samples_per_second())
-        efficiencies.append(two[-1] / (2 * one[-1]))
-        cpu_eff.append(runs[1].cpu_seconds_per_step() / runs[2].cpu_seconds_per_step())
+        efficiency.append((runs[2].samples_per_second(), 2 * runs[1].samples_per_second()))
+        cpu.append((runs[1].cpu_seconds_per_step() * 1000, runs[2].cpu_seconds_per_step() * 1000))
     what = f"{model.describe()} per process, 1 thread per process (1 vs 2 cores)"
     return [
-        Row(
-            "scaling",
-            "2-process throughput / (2 x 1-process throughput)",
-            median(efficiencies),
-            "ideal linear scaling from the 1-process run",
-            f"{median(two):,.0f} vs {median(one):,.0f} samples/s",
-            "",
-            f"{what}; wall clock; {spread(efficiencies)}",
-        ),
-        Row(
-            "scaling",
-            "CPU per step and process, 1-process / 2-process",
-            median(cpu_eff),
-            "the 1-process run's CPU time per step (rank 0)",
-            "",
-            "",
-            f"{what}; the CPU work DDP adds (gradient sync, bucket copies), blind to waiting: "
-            f"the efficiency an idle machine could reach; {spread(cpu_eff)}",
-        ),
-    ]
+        paired("scaling", "2-process throughput / (2 x 1-process throughput)",
+               "ideal linear scaling from the 1-process run (twice its samples/s)", efficiency,
+               "samples/s", "", f"{what}; wall clock"),
+        paired("scaling", "CPU per step and process, 1-process / 2-process",
+               "the 1-process run's CPU time per step (rank 0)", cpu, "CPU-ms per step", "",
+               f"{what}; the CPU work DDP adds (gradient sync, bucket copies), blind to "
+               "waiting: the efficiency an idle machine could reach"),
+    ]  # fmt: skip
 
 
 def safely(section: str, name: str, fn, *args) -> list[Row]:

@@ -53,6 +53,41 @@ class Row:
         return {**asdict(self), "status": self.status}
 
 
+def number(value: float) -> str:
+    """Four significant digits, thousands separated: what the report prints of a value."""
+    return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+
+
+def paired(
+    section: str,
+    name: str,
+    against: str,
+    pairs: list[tuple[float, float]],
+    unit: str,
+    goal: str = "",
+    note: str = "",
+) -> Row:
+    """A row from alternating pairs (this arm's value, the baseline's): its ratio is the
+    median pair's own quotient (the lower middle one for an even count), and its absolute
+    column shows that pair's two values, so ratio and absolute always agree; the range of the
+    quotients over every pair goes in the note."""
+    if not pairs:
+        raise BenchError(f"{name}: no pairs measured")
+    ratios = [a / b for a, b in pairs]
+    middle = statistics.median_low(ratios)
+    a, b = pairs[ratios.index(middle)]
+    return Row(
+        section,
+        name,
+        middle,
+        against,
+        f"{number(a)} vs {number(b)} {unit} (the median pair)",
+        goal,
+        "; ".join(x for x in (note, spread(ratios, "pairs")) if x),
+        {"pair": [a, b], "pairs": [list(p) for p in pairs], "ratios": ratios},
+    )
+
+
 def not_measured(section: str, name: str, why: str) -> Row:
     return Row(section, name, None, "", note=why)
 
@@ -185,8 +220,8 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], what: str = "runs") -> str:
     """Min–max of repeated ratios, so a reader sees the noise next to the median."""
     if len(values) < 2:
-        return "1 run"
-    return f"{len(values)} runs, {min(values):.3f}–{max(values):.3f}"
+        return f"1 {what.rstrip('s')}"
+    return f"{len(values)} {what}, {min(values):.3f}–{max(values):.3f}"

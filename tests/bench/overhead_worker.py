@@ -24,7 +24,7 @@ from kubeddp.trainer.worker.loop import Trainer
 sys.path.insert(0, str(Path(__file__).parent))  # torchrun runs this file as a script
 import baseline_ddp  # noqa: E402
 
-BASELINE = "baseline"
+BASELINE = "baseline"  # the hand-written loop with the AdamW kernel kubeddp picks (fused)
 
 
 def run_trainer(overrides: list[str], summary: Path, ctx):
@@ -49,25 +49,30 @@ def main() -> None:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--base", required=True, help="JSON: overrides every kubeddp arm shares")
     p.add_argument("--arms", required=True, help="JSON: {arm: [overrides]} for kubeddp arms")
+    p.add_argument("--baselines", default=json.dumps({BASELINE: "fused"}),
+                   help="JSON: {arm: AdamW kernel} for hand-written loop arms")  # fmt: skip
     args = p.parse_args()
     out = Path(args.out_dir)
     base: list[str] = json.loads(args.base)
     arms: dict[str, list[str]] = json.loads(args.arms)
     cfg = load_config(None, base)
     w, t = cfg.workload, cfg.train
-    names = [BASELINE, *arms]
+    baselines: dict[str, str] = json.loads(args.baselines)
+    names = [*baselines, *arms]
     ctx = None
     for rep in range(args.reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for arm in order:
             summary = out / f"{arm}-{rep}.json"
-            if arm != BASELINE:
+            if arm not in baselines:
                 ckpt = f"checkpoint.dir={out / f'{arm}-{rep}-ckpt'}"
                 ctx = run_trainer([*base, *arms[arm], ckpt], summary, ctx)
                 continue
             if ctx is None:
                 ctx = init_distributed(cfg.ddp)
-            times, cpu = baseline_ddp.train(w, t.batch_size, t.lr, t.seed, args.steps)
+            times, cpu = baseline_ddp.train(
+                w, t.batch_size, t.lr, t.seed, args.steps, adamw=baselines[arm]
+            )
             if ctx.is_main:
                 summary.write_text(
                     json.dumps(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -34,6 +35,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def disagreement(row: Row) -> str:
+    """Why a row's ratio is not the quotient of the two values its absolute column shows
+    (rows made by common.paired carry them as extra["pair"]); "" when it is, or has none."""
+    pair = row.extra.get("pair")
+    if row.ratio is None or not pair:
+        return ""
+    a, b = pair
+    if b and math.isclose(row.ratio, a / b, rel_tol=1e-9):
+        return ""
+    return f"ratio {row.ratio:.3f} is not {a:g} / {b:g}"
+
+
 def render_markdown(rows: list[Row], info: dict[str, str], mode: str, seconds: float) -> str:
     lines = [
         "# kubeddp benchmark report",
@@ -48,6 +61,9 @@ def render_markdown(rows: list[Row], info: dict[str, str], mode: str, seconds: f
     ]
     for row in rows:
         ratio = "not measured" if row.ratio is None else f"{row.ratio:.3f}"
+        wrong = disagreement(row)
+        if wrong:  # a bench bug: said in the table rather than printed as if it were true
+            ratio = f"{ratio} (DISAGREES: {wrong})"
         goal = f"{row.goal} ({row.status})" if row.goal and row.ratio is not None else row.goal
         cells = [row.section, row.name, ratio, row.against, row.absolute, goal, row.note]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

@@ -1,6 +1,6 @@
 """Run every benchmark and write bench-results/report.md and report.json.
 
-python -m tests.bench.run            # full: ~15-20 min on 2 cores (the multinode section: root)
+python -m tests.bench.run            # full: about 40-60 min on 2 cores (multinode: root)
 python -m tests.bench.run --quick    # fewer repeats and knobs: a few minutes
 python -m tests.bench.run --tiny     # seconds; only proves the machinery works
 """
@@ -60,7 +60,7 @@ class Sizes:
     quick_knobs: bool
     compile: bool
     timeout: float
-    keeper_sizes_mib: tuple[int, ...] = (1024, 4096)  # each against cp + fsync (bench_keeper.py)
+    keeper_sizes_mib: tuple[int, ...] = (1024, 4096)  # against a TCP copy (bench_keeper.py)
     keeper_reps: int = 2
     keeper_pods_mib: int = 256
 
@@ -78,25 +78,26 @@ MODES = {
         micro_steps=200,
         ckpt_every=40,
         startup_steps=30,
-        startup_reps=3,
+        startup_reps=5,
         compute_model=COMPUTE,
         scaling_steps=40,
-        scaling_reps=2,
+        scaling_reps=3,
         comm_sizes_mb=(1, 16, 64),
         comm_iters=10,
         multinode_steps=40,
-        multinode_reps=3,
+        multinode_reps=5,
         multinode_rate="200mbit",
         tuning_steps=30,
         tuning_reps=2,
         quick_knobs=False,
         compile=True,
         timeout=600,
+        keeper_reps=3,
     ),
     "quick": Sizes(
         overhead_model=SMALL,
         overhead_steps=40,
-        overhead_reps=3,
+        overhead_reps=5,
         micro_steps=150,
         ckpt_every=20,
         startup_steps=20,
@@ -321,7 +322,7 @@ def run_all(mode: str, sections: tuple[str, ...], work: Path, log) -> list[Row]:
             tiny,
         )
     if "keeper" in sections:
-        log(f"keeper: push and fetch of {s.keeper_sizes_mib} MiB against cp + fsync, 8 pods")
+        log(f"keeper: push and fetch of {s.keeper_sizes_mib} MiB against a TCP copy, 8 pods")
         rows += safely(
             "keeper",
             "checkpoint keeper",

@@ -397,8 +397,32 @@ leg_training_operator() {
   assert_trained "training.kubeflow.org/job-name=${job}" 3
 }
 
+# On a cluster that serves Trainer's API (and not training-operator's): the chart's kind auto
+# (Helm's capabilities from the real discovery) and `kubeddp submit` without a KIND (its own
+# discovery) pick TrainJob; an upgrade of a release that runs an Indexed Job keeps it (the
+# chart's lookup of the release's job).
+assert_kind_auto() {
+  log "kind auto: helm install --dry-run=server and kubeddp submit pick the TrainJob"
+  helm install ci-auto charts/kubeddp "${CHART_KIND_VALUES[@]}" "${TRAINJOB_CHART[@]}" \
+    --set kind=auto --dry-run=server > "${WORK}/ci-auto.txt"
+  grep -q '^kind: TrainJob$' "${WORK}/ci-auto.txt" \
+    || fail "kind auto did not render a TrainJob where Trainer is served"
+  "${KUBEDDP}" submit --name kubeddp-auto --dry-run client --validate-against offline \
+    > "${WORK}/kubeddp-auto.yaml" 2> "${WORK}/kubeddp-auto.err"
+  grep -q '^kind: TrainJob$' "${WORK}/kubeddp-auto.yaml" \
+    || fail "kubeddp submit without a KIND: $(head -1 "${WORK}/kubeddp-auto.err")"
+  chart_install ci-kept kubeddp-ci-kept "${INDEXEDJOB_CHART[@]}"
+  helm upgrade ci-kept charts/kubeddp "${CHART_KIND_VALUES[@]}" --set fullnameOverride=kubeddp-ci-kept \
+    --set kind=auto --dry-run=server > "${WORK}/ci-kept.txt"
+  if ! grep -q '^kind: Job$' "${WORK}/ci-kept.txt" || grep -q '^kind: TrainJob$' "${WORK}/ci-kept.txt"; then
+    fail "helm upgrade with kind auto did not keep the release's Indexed Job"
+  fi
+  helm uninstall ci-kept --wait
+}
+
 leg_trainer() {
   install_trainer
+  assert_kind_auto
   log "TrainJob, 2 nodes (kubeddp render trainjob; k8s/trainjob.yaml with the CPU image)"
   render trainjob --name kubeddp-trainjob-cpu --nodes 2 --nproc-per-node 1 \
     > "${WORK}/kubeddp-trainjob-cpu.yaml"

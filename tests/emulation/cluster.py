@@ -74,6 +74,7 @@ from controllers import (
     job_recreation_delay,
     job_succeeded,
     jobset_on_job_failure,
+    past_deadline,
     restricted_violations,
 )
 from operator_env import (
@@ -245,6 +246,7 @@ class EmulatedCluster:
         self._next_host = 10
         self._veths = 0
         self.plan: JobPlan | None = None
+        self.started_at = 0.0
         self.pods: dict[str, PodRun] = {}
         self.history: list[PodRun] = []
         self.status = JobStatus()
@@ -560,6 +562,7 @@ class EmulatedCluster:
         if self.plan is not None:
             raise EmulationError("one job per EmulatedCluster")
         self.plan = plan
+        self.started_at = time.monotonic()  # the job's status.startTime (its deadline counts)
         for claim in plan.claims:
             made = self.storage.add_claim(claim)
             if made.phase != "Bound":
@@ -673,6 +676,17 @@ class EmulatedCluster:
         if self.status.phase != "Running":
             return self.status
         now = time.monotonic()
+        deadline = past_deadline(self.plan, now - self.started_at)
+        if deadline is not None:  # every pod stopped, the job failed: no retry
+            self.pending.clear()
+            for run in self.pods.values():
+                if not run.gone:
+                    kill_netns_processes(run.ns)
+                    run.done = True
+            self.status.phase = "Failed"
+            self.status.reason = deadline.reason
+            self.status.events.append(f"job: {deadline.action} {deadline.reason}")
+            return self.status
         for name, (at, plan, attempt) in list(self.pending.items()):
             if now >= at:
                 del self.pending[name]

@@ -178,6 +178,23 @@ def match_pod_failure_policy(rules: list[dict[str, Any]], ended: Ended) -> str:
     return "Count"
 
 
+def past_deadline(plan: JobPlan, active_seconds: float) -> Decision | None:
+    """The job's activeDeadlineSeconds: FAIL once the job has been active that long (every pod
+    stopped, no retry), whatever its backoff or restart budget; None before. TO pkg/core/job.go
+    PastActiveDeadline L82-91 and K8S job_controller.go pastActiveDeadline: `elapsed >=
+    deadline` since status.startTime; TR trainjob_controller.go reconcileDeadline L155-176:
+    `now.After(deadline)` since the TrainJob's creation, then it deletes the JobSet. All three
+    fail with reason DeadlineExceeded (TO: PyTorchJobFailed, "active longer than specified
+    deadline")."""
+    limit = plan.active_deadline_seconds
+    if limit is None:
+        return None
+    past = active_seconds > limit if plan.kind == "TrainJob" else active_seconds >= limit
+    if not past:
+        return None
+    return Decision(FAIL, f"DeadlineExceeded: active {active_seconds:.0f}s, limit {limit}s")
+
+
 def job_succeeded(plan: JobPlan, done: set[str]) -> bool:
     if plan.kind == "PyTorchJob":
         masters = [p.name for p in plan.pods if p.replica_type == "Master"]

@@ -151,6 +151,8 @@ class JobPlan:
     deployments: list[PodPlan] = field(default_factory=list)  # pods of Deployments beside the job
     # TrainJob: the JobSet's failurePolicy (None: the first failed Job fails the JobSet)
     jobset_failure_policy: dict[str, Any] | None = None
+    # The job's activeDeadlineSeconds (PyTorchJob runPolicy, Job spec, TrainJob spec)
+    active_deadline_seconds: int | None = None
 
     @property
     def batch_job(self) -> bool:
@@ -367,6 +369,7 @@ def pytorchjob_plan(job: dict[str, Any]) -> JobPlan:
         # No default is applied: unset means no limit (common_types.go L210-212).
         backoff_limit=None if backoff is None else int(backoff),
         elastic=elastic,
+        active_deadline_seconds=spec.get("runPolicy", {}).get("activeDeadlineSeconds"),
     )
 
 
@@ -549,6 +552,7 @@ def trainjob_plan(job: dict[str, Any], runtime: dict[str, Any] | None = None) ->
             (batch_spec.get("podFailurePolicy") or {}).get("rules", [])
         ),
         jobset_failure_policy=copy.deepcopy(jobset.get("failurePolicy")),
+        active_deadline_seconds=spec.get("activeDeadlineSeconds"),  # the TrainJob's own
     )
 
 
@@ -661,6 +665,7 @@ def indexedjob_plan(job: dict[str, Any]) -> JobPlan:
         restart_policy={"index": restart},
         backoff_limit=JOB_DEFAULT_BACKOFF_LIMIT if backoff is None else int(backoff),
         pod_failure_rules=_pod_failure_rules(spec),
+        active_deadline_seconds=spec.get("activeDeadlineSeconds"),
     )
 
 

@@ -20,6 +20,7 @@ from controllers import (
     job_failure_reason,
     job_recreation_delay,
     jobset_on_job_failure,
+    past_deadline,
     restricted_violations,
 )
 from operator_env import (
@@ -287,6 +288,24 @@ def test_unset_pytorchjob_backoff_limit_is_unlimited() -> None:
 def test_on_failure_restarts_in_place_count_against_backoff_limit() -> None:
     plan = _workers_job("OnFailure", backoff=3)
     assert _fail_n_times(plan, exit_codes.KILLED, 3) == [RESTART_IN_PLACE] * 2 + [FAIL]
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexedjob", "trainjob"])
+def test_each_controller_ends_the_job_at_its_time_limit(kind: str) -> None:
+    """--time-limit lands in the field each controller reads; the job fails at it, retries left
+    or not (PyTorchJob and Job: at the deadline; Trainer: once past it)."""
+    plan = plan_from_documents(
+        render_job(kind, "--name", "t", "--nodes", "2", "--time-limit", "1h")
+    )
+    assert plan.active_deadline_seconds == 3600
+    assert past_deadline(plan, 3599.0) is None
+    at = past_deadline(plan, 3600.0)
+    assert (at is None) == (kind == "trainjob")
+    after = past_deadline(plan, 3600.5)
+    assert after is not None and after.action == FAIL
+    assert after.reason.startswith("DeadlineExceeded")
+    untimed = plan_from_documents(render_job(kind, "--name", "u"))
+    assert untimed.active_deadline_seconds is None and past_deadline(untimed, 1e9) is None
 
 
 # ---- rendered jobs: the Worker-only shape, the init container, the Indexed Job's policy ----

@@ -74,7 +74,13 @@ SCHEMA_REJECTS = {
         {"fullnameOverride": "a" * 41},
         ["/fullnameOverride", "maxLength: got 41, want 40"],
     ),
-    "unknown kind": ({"kind": "MPIJob"}, ["/kind", "'PyTorchJob', 'TrainJob', 'IndexedJob'"]),
+    "unknown kind": (
+        {"kind": "MPIJob"},
+        ["/kind", "'auto', 'PyTorchJob', 'TrainJob', 'IndexedJob'"],
+    ),
+    "time limit in days": ({"timeLimit": "2d"}, ["/timeLimit"]),
+    "time limit of minutes before hours": ({"timeLimit": "30m1h"}, ["/timeLimit"]),
+    "time limit negative": ({"timeLimit": -60}, ["/timeLimit"]),
     "bad pull policy": ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy"]),
     "bad nproc word": ({"nprocPerNode": "many"}, ["/nprocPerNode", "'many'"]),
     "zero nproc": ({"nprocPerNode": 0}, ["/nprocPerNode"]),
@@ -165,6 +171,16 @@ SCHEMA_REJECTS = {
 
 FAIL_RULES = {
     # case: (values, release name, pattern of the message)
+    "time limit of no time": (
+        {"timeLimit": "0h0m"},
+        "demo",
+        r"`timeLimit` 0h0m is under one second",
+    ),
+    "kind auto refuses as the kind it picked": (  # no cluster here: an Indexed Job
+        {"elastic": {"enabled": True}},
+        "demo",
+        r"cannot be set for kind IndexedJob \(picked by kind auto: set `kind` to choose\)",
+    ),
     "job name from release": ({}, "9lives", r'job name "9lives-kubeddp" .*is not a DNS-1035'),
     "job name too long": ({}, "a" * 45, r"at most 40 characters"),
     "more processes than GPUs": (
@@ -173,12 +189,12 @@ FAIL_RULES = {
         r"`nprocPerNode` is 4 but `gpusPerNode` is 2",
     ),
     "elastic min > max": (
-        {"elastic": {"enabled": True, "minNodes": 4, "maxNodes": 2}},
+        {"kind": "PyTorchJob", "elastic": {"enabled": True, "minNodes": 4, "maxNodes": 2}},
         "demo",
         r"`elastic.minNodes` \(4\) is greater than `elastic.maxNodes` \(2\)",
     ),
     "nodes outside elastic": (
-        {"nodes": 5, "elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4}},
+        {"kind": "PyTorchJob", "nodes": 5, "elastic": {"enabled": True, "maxNodes": 4}},
         "demo",
         r"`nodes` \(5\) is outside `elastic.minNodes`..`elastic.maxNodes`",
     ),
@@ -249,7 +265,7 @@ FAIL_RULES = {
         r"`checkpoints.existingClaim` \(ckpt\) and `checkpoints.lostOnRetry` are both set",
     ),
     "master replica with elastic": (
-        {"pytorchJob": {"masterReplica": True}, "elastic": {"enabled": True}},
+        {"kind": "PyTorchJob", "pytorchJob": {"masterReplica": True}, "elastic": {"enabled": True}},
         "demo",
         r"`pytorchJob.masterReplica` and `elastic.enabled` are both set: an elastic PyTorchJob "
         r"has Workers only",

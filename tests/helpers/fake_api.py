@@ -6,7 +6,11 @@ a reset connection, JSON that is not an object.
 With `admission` set (tests/helpers/admission.py), the POSTs of Trainer's kinds go through it:
 Trainer v2.3's TrainJob webhook, with its informer cache's lag.
 With `tls_folder` it serves HTTPS with a certificate for 127.0.0.1 made for the test (kubectl
-sends a kubeconfig's bearer token only over TLS)."""
+sends a kubeconfig's bearer token only over TLS).
+It answers API discovery as a real API server does: GET /apis lists the groups and versions of
+what it serves (APIGroupList), GET /apis/<group>/<version> that version's resources
+(APIResourceList), a version it does not serve is a plain 404; `serve(resource)` adds an
+operator's API (the built-in groups kubeddp uses are served from the start)."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from kubeddp.tools.manifests.resources import Resource
 from tests.helpers import admission
 
 TOKEN = "contract-test-token"
@@ -58,6 +63,53 @@ A_POD = {
     "status": {"phase": "Running"},
 }
 DRIP_SECONDS = 0.3  # between two bytes of a "drip" answer
+
+
+# What every cluster serves that kubeddp uses (k8s.io/api v0.36 group versions and plurals).
+BUILT_IN = (
+    Resource("Job", "batch", "v1", "jobs"),
+    Resource("Deployment", "apps", "v1", "deployments"),
+    Resource("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies"),
+    Resource("StorageClass", "storage.k8s.io", "v1", "storageclasses"),
+    Resource("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+)
+
+
+def discovery_answer(path: str, served: list[Resource]) -> dict | None:
+    """What the API server answers to a discovery GET of `path`; None: not a discovery path
+    it serves."""
+    versions: dict[str, list[Resource]] = {}
+    for resource in served:
+        versions.setdefault(resource.api_version, []).append(resource)
+    if path == "/apis":
+        groups: dict[str, list[str]] = {}
+        for api_version in versions:
+            group, version = api_version.split("/")
+            groups.setdefault(group, []).append(version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": group,
+                    "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{group}/{vs[0]}", "version": vs[0]},
+                }
+                for group, vs in groups.items()
+            ],
+        }
+    api_version = path.removeprefix("/apis/")
+    if not path.startswith("/apis/") or api_version not in versions:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": api_version,
+        "resources": [
+            {"name": r.plural, "singularName": r.kind.lower(), "namespaced": True, "kind": r.kind}
+            for r in versions[api_version]
+        ],
+    }
 
 
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -100,6 +152,7 @@ class FakeApiServer:
         # Trainer's objects, through its TrainJob webhook, when a test sets it
         self.admission: admission.ApiObjects | None = None
         self.release = threading.Event()  # ends the hanging answers (at shutdown)
+        self.served: list[Resource] = list(BUILT_IN)  # API discovery lists these
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -126,8 +179,10 @@ class FakeApiServer:
                     return
                 if fake.admission is not None and self._admitted(url, body_sent):
                     return
+                discovery = self.command == "GET" and discovery_answer(url.path, fake.served)
                 status, body = fake.routes.get(
-                    (self.command, url.path), (404, "404 page not found")
+                    (self.command, url.path),
+                    (200, discovery) if discovery else (404, "404 page not found"),
                 )
                 if body is None:  # what the API server answers when a test did not say
                     body = self._usual_answer(body_sent)
@@ -285,6 +340,10 @@ class FakeApiServer:
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
+
+    def serve(self, *resources: Resource) -> None:
+        """Serve these APIs too (an operator installed): discovery lists them."""
+        self.served += resources
 
     def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
         self.routes[(method, path)] = (status, body)  # None: the usual answer (_usual_answer)

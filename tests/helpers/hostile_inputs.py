@@ -160,6 +160,8 @@ def name_rows() -> list[Row]:
         "node-selector-key": (("--node-selector", "a b=c"), "'a b'"),
         "node-selector-value-long": (("--node-selector", "k=" + "v" * 64), "63"),
         "backoff-above-int32": (("--backoff-limit", str(2**31)), "2147483647"),
+        "time-limit-days": (("--time-limit", "2d"), "a duration such as 90m"),
+        "time-limit-zero": (("--time-limit", "0s"), "under one second"),
     }
     rows += [Row(f"render-{label}", (*RENDER, *argv), BAD_INPUT, (word,))
              for label, (argv, word) in bad.items()]  # fmt: skip
@@ -182,10 +184,10 @@ def file_rows() -> list[Row]:
         Row("train-config-device", ("train", "--config", "/dev/zero"), BAD_INPUT,
             ("not a regular file",)),
         Row("script-config-trainer-key",
-            ("train", "--script", "{tmp}/s.py", "--config", "{tmp}/c.yaml"), BAD_INPUT,
+            ("train", "--config", "{tmp}/c.yaml", "--script", "{tmp}/s.py"), BAD_INPUT,
             ("train.lr", "--script"), {**script, "c.yaml": b"train:\n  lr: 0.1\n"}),
         Row("module-config-trainer-section",
-            ("train", "--dry-run", "--module", "pkg.train", "--config", "{tmp}/c.yaml"),
+            ("train", "--dry-run", "--config", "{tmp}/c.yaml", "--module", "pkg.train"),
             BAD_INPUT, ("workload", "--module"),
             {**USER_CODE, "c.yaml": b"workload: regression\n"}, in_tmp=True,
             must_not_exist=("pkg/RAN",)),

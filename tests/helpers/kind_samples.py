@@ -46,6 +46,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "restartPolicy": {"restartPolicy": "Never"},
     "backoffLimit": {"backoffLimit": 0},
     "ttlSecondsAfterFinished": {"ttlSecondsAfterFinished": 60},
+    "timeLimit": {"timeLimit": "1h30m"},
     "cleanPodPolicy": {"cleanPodPolicy": "All"},
     "terminationGracePeriodSeconds": {"terminationGracePeriodSeconds": 301},
     "pytorchJob.masterReplica": {"pytorchJob": {"masterReplica": True}, "nodes": 2},

@@ -1,9 +1,9 @@
-"""What a worker exports (record one step in a child process, merge its multiprocess files),
-and what docs/metrics.md says it exports."""
+"""What a worker exports (record one step in a child process, merge its files as launch
+does), and what docs/metrics.md says it exports."""
 
 from __future__ import annotations
 
-import glob
+import ast
 import os
 import re
 import subprocess
@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from kubeddp.trainer.launcher.worker_metrics import WorkerMetricsCollector
 from tests.helpers.readme import DOCS, doc_section
 
 # Every keyword TrainingMetrics.on_step takes, as source text: a test names only what it
@@ -30,6 +30,11 @@ ON_STEP_DEFAULTS = dict(
 )
 
 
+def on_step_values(**given: object) -> dict[str, object]:
+    """The keywords of one in-process on_step call: `given` over ON_STEP_DEFAULTS."""
+    return {**{name: ast.literal_eval(v) for name, v in ON_STEP_DEFAULTS.items()}, **given}
+
+
 def on_step_call(target: str = "m", **given: object) -> str:
     """The source of one `target.on_step(...)` call: `given` (source text or a number) over
     ON_STEP_DEFAULTS, for the worker-like child processes the metrics tests run."""
@@ -42,6 +47,7 @@ RECORD_ONE_STEP = textwrap.dedent(
     from kubeddp.trainer.config import MetricsConfig
     from kubeddp.trainer.worker.metrics import TrainingMetrics
     m = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
+    m.on_plan(10)
     {on_step_call()}
     m.on_checkpoint(duration_seconds=1.0, timestamp=1.0)
     m.close()
@@ -49,11 +55,12 @@ RECORD_ONE_STEP = textwrap.dedent(
 )
 
 
-def exported_families(directory: Path) -> list[Metric]:
-    """Metric families a worker writes after one step and one checkpoint."""
+def exported_families(directory: Path, per_rank: bool = False) -> list[Metric]:
+    """Metric families a worker writes after one step and one checkpoint, as launch serves
+    them."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", RECORD_ONE_STEP], env=env, check=True, timeout=60)
-    return list(MultiProcessCollector.merge(glob.glob(os.path.join(directory, "*.db"))))
+    return list(WorkerMetricsCollector(str(directory), per_rank).collect())
 
 
 METRICS_PAGE = DOCS / "metrics.md"
@@ -88,8 +95,10 @@ def metric_rows(section: str) -> dict[str, tuple[str, set[str]]]:
 
 
 def exported(tmp_path: Path) -> dict[str, tuple[str, set[str]]]:
+    """Name -> (type, label names) of what a worker exports, every label metrics.per_rank
+    adds included."""
     out = {}
-    for family in exported_families(tmp_path):
+    for family in exported_families(tmp_path, per_rank=True):
         name = family.name + ("_total" if family.type == "counter" else "")
         labels = {k for s in family.samples for k in s.labels if k != "le"}
         out[name] = (family.type, labels)
@@ -101,12 +110,10 @@ def exposition(directory: Path, record: str) -> str:
     makes `TrainingMetrics` and reports with it) into its multiprocess files."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from kubeddp.trainer.worker.metrics import tolerant_collector
-
     directory.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", textwrap.dedent(record)], env=env, check=True,
                    timeout=60)  # fmt: skip
     registry = CollectorRegistry()
-    tolerant_collector(registry, str(directory))  # as trainer/launcher/metrics_server.py
+    registry.register(WorkerMetricsCollector(str(directory)))  # as launch's metrics_server.py
     return generate_latest(registry).decode()

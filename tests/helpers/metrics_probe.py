@@ -1,8 +1,8 @@
 """Run as a script by tests/integration/test_install.py inside a clean venv (kubeddp from the
 wheel, whatever prometheus-client pip resolved there, no torch): a worker's metrics recorded,
-served the way launch serves them and read the way `kubeddp status` reads them. The exact
-histogram counts and sums prove the private prometheus_client fields the buffered histogram
-writes (trainer/worker/metrics.py) still mean what they meant. Prints `ok VERSION`."""
+served the way launch serves them (prometheus_client's custom-collector API and its text
+exposition) and read the way `kubeddp status` reads them (its text parser): the exact histogram
+counts and sums, and the progress line. Prints `ok VERSION`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def main() -> int:
 
         from kubeddp.tools.cluster import pod_metrics
         from kubeddp.trainer.config import MetricsConfig
-        from kubeddp.trainer.worker.metrics import TrainingMetrics, tolerant_collector
+        from kubeddp.trainer.launcher.worker_metrics import WorkerMetricsCollector
+        from kubeddp.trainer.worker.metrics import TrainingMetrics
 
         recorder = TrainingMetrics(MetricsConfig(), 0, 1, "gloo")
         recorder.on_plan(40)
@@ -37,7 +38,7 @@ def main() -> int:
             recorder.on_step(**step_keywords(recorder, step=step, loss=0.5, step_seconds=seconds))
         recorder.close()
         registry = CollectorRegistry()
-        tolerant_collector(registry, folder)
+        registry.register(WorkerMetricsCollector(folder))
         text = generate_latest(registry).decode()
     read = pod_metrics.parse("probe", text)
     buckets = {

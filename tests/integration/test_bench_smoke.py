@@ -27,7 +27,7 @@ def test_tiny_overhead_run_writes_a_report(tmp_path) -> None:
     report = json.loads((out / "report.json").read_text())
     rows = report["rows"]
     assert {row["section"] for row in rows} == {"overhead"}, rows
-    assert len(rows) == 8, [row["name"] for row in rows]
+    assert len(rows) == 10, [row["name"] for row in rows]
     for row in rows:
         assert row["ratio"] is not None, row["note"]
         assert math.isfinite(row["ratio"]) and row["ratio"] > 0
@@ -68,8 +68,8 @@ def test_tiny_multinode_run_measures_every_arm_across_two_namespace_nodes(tmp_pa
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = json.loads((out / "report.json").read_text())["rows"]
     assert {row["section"] for row in rows} == {"across nodes"}, rows
-    # defaults, best hook and the other hook vs the loop; 3 scaling efficiencies
-    assert len(rows) == 6, [(row["name"], row["note"]) for row in rows]
+    # defaults, best hook and the other hook vs the loop (wall and CPU); 3 scaling efficiencies
+    assert len(rows) == 9, [(row["name"], row["note"]) for row in rows]
     for row in rows:
         assert row["ratio"] is not None, row["note"]
         assert math.isfinite(row["ratio"]) and row["ratio"] > 0

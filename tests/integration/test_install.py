@@ -7,10 +7,13 @@
   PATH, with `[cli,kube]` through the newest kubernetes client pip resolves and through the
   oldest client and urllib3 the `kube` extra declares, with `[sdk]` (a client below 36) too;
   with neither kubectl nor the client, one line and exit 2;
-- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs;
-- the metrics work with the newest prometheus-client within its bound and with its lower
-  bound (tests/helpers/metrics_probe.py);
-- `kubeddp --version` is the package version.
+- `[sdk]` validates with the Kubeflow SDK models; `[s3]` installs; `[tensorboard]` stays within
+  its documented size;
+- the metrics work with the newest prometheus-client pip resolves and with its lower bound
+  (tests/helpers/metrics_probe.py);
+- `kubeddp --version` is the package version;
+- pip keeps a torch newer than any kubeddp was tested with (a stand-in distribution named torch,
+  version 2.99.0): installing kubeddp beside it, or both in one command, never replaces it.
 
 The tests share one venv and run in file order: the `[cli]` ones first, then the ones that
 add an extra (`kube`, then `helm`, `sdk`, `s3`) to it. Nothing uses a lock: pip resolves the
@@ -23,6 +26,8 @@ metadata. PyPI must be reachable (a skip says so otherwise; CI fails instead).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import subprocess
@@ -246,13 +251,29 @@ def test_cli_without_kubectl_or_client_says_what_to_install(venv: dict, tmp_path
     assert "install kubectl" in line and "pip install 'kubeddp[kube]'" in line, line
 
 
-def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:
-    """[cli,kube]: the client on top of [cli], for machines without kubectl."""
+def test_tensorboard_extra_stays_within_its_documented_size(venv: dict) -> None:
+    """[tensorboard] on top of kubeddp (installed before the extras below bring packages it
+    shares); its reader imports (the writer needs torch, which this venv leaves out)."""
     site = next(venv["root"].glob("lib/python*/site-packages"))
+    before = _size(site)
+    subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"tensorboard"})], check=True,
+                   timeout=600)  # fmt: skip
+    added = _size(site) - before
+    print(f"\n[tensorboard] adds {added / MIB:.1f} MiB: {_versions(venv, 'tensorboard')}")
+    _within_documented({"kubeddp[tensorboard]": venv["sizes"]["kubeddp"] + added})
+    reader = "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator"
+    subprocess.run([str(venv["root"] / "bin" / "python"), "-c", reader], check=True, timeout=120)
+
+
+def test_kube_extra_stays_within_its_documented_size(venv: dict) -> None:
+    """[cli,kube]: the client on top of [cli], for machines without kubectl (what it adds to
+    this venv, which may already hold the tensorboard extra's packages)."""
+    site = next(venv["root"].glob("lib/python*/site-packages"))
+    before = _size(site)
     started = time.monotonic()
     subprocess.run([*venv["pip"], *_requirements(venv["wheel"], {"cli", "kube"})], check=True,
                    timeout=600)  # fmt: skip
-    sizes = {"kubeddp[cli,kube]": _size(site) - venv["empty"]}
+    sizes = {"kubeddp[cli,kube]": venv["sizes"]["kubeddp[cli]"] + _size(site) - before}
     _report(sizes, {"kubeddp[cli,kube]": time.monotonic() - started})
     _within_documented(sizes)
     assert _client_importable(venv)
@@ -325,8 +346,8 @@ def test_s3_extra_installs_its_client(venv: dict) -> None:
 def test_metrics_with_the_newest_and_the_oldest_prometheus_client(
     venv: dict, tmp_path: Path
 ) -> None:
-    """prometheus-client's upper bound is what this runs: the newest release pip resolves
-    within it, then the lower bound. The metrics read its private histogram fields."""
+    """The newest prometheus-client pip resolves (kubeddp sets no upper bound: it uses only
+    the public API), then the lower bound."""
     python = str(venv["root"] / "bin" / "python")
     probe = str(REPO / "tests" / "helpers" / "metrics_probe.py")
     oldest = _lower_bound(venv["wheel"], set(), "prometheus-client")
@@ -338,3 +359,98 @@ def test_metrics_with_the_newest_and_the_oldest_prometheus_client(
         assert done.returncode == 0 and done.stdout.startswith("ok "), done.stderr
         print(f"\nmetrics probe: {done.stdout.strip()}")
     assert Version(done.stdout.split()[1]) == Version(oldest), done.stdout
+
+
+# --- a newer torch stays ----------------------------------------------------------------------
+
+STAND_IN_TORCH = "2.99.0"  # newer than any torch release: what a cap on torch would refuse
+
+
+def _stand_in_torch_wheel(folder: Path) -> Path:
+    """A wheel named torch, version STAND_IN_TORCH, holding one module: pip sees a torch
+    distribution, and nothing real is ever downloaded or installed."""
+    name = f"torch-{STAND_IN_TORCH}"
+    files = {
+        "torch/__init__.py": f'__version__ = "{STAND_IN_TORCH}"\n',
+        f"{name}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: "
+        f"{STAND_IN_TORCH}\n",
+        f"{name}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: kubeddp-tests\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{name}.dist-info/RECORD,,")
+    files[f"{name}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    wheel_path = folder / f"{name}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel_path, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel_path
+
+
+# pip as a user runs it, but with none of this machine's pip settings: its config files name a
+# folder of local torch wheels and a constraints file that caps torch (PIP_CONSTRAINT,
+# /etc/xdg/pip/constraints.txt), which would make pip replace the stand-in for a reason that
+# is not kubeddp's.
+OFFLINE_PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_CONSTRAINT": "", "PIP_FIND_LINKS": "",
+                   "PIP_EXTRA_INDEX_URL": "", "PIP_INDEX_URL": ""}  # fmt: skip
+
+
+def _pip(python: Path | str, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **OFFLINE_PIP_ENV, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return subprocess.run([str(python), "-m", "pip", *argv], capture_output=True, text=True,
+                          env=env, timeout=600)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def offline_index(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A folder pip installs from with --no-index: kubeddp's wheel, its requirements but torch
+    (downloaded from PyPI once), and the stand-in torch. No real torch is in it, so a resolver
+    that wanted another torch fails here instead of downloading one."""
+    _pypi_reachable()
+    folder = tmp_path_factory.mktemp("offline-index")
+    done = _pip(sys.executable, "download", "--quiet", "--dest", str(folder),
+                *_requirements(wheel, set()))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not list(folder.glob("torch-*")), "a real torch was downloaded"
+    (folder / wheel.name).write_bytes(wheel.read_bytes())
+    _stand_in_torch_wheel(folder)
+    return folder
+
+
+def _fresh_venv(root: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+    return root / "bin" / "python"
+
+
+def _torch_version(python: Path) -> str:
+    done = _pip(python, "show", "torch")
+    found = re.search(r"^Version: (\S+)$", done.stdout, re.M)
+    assert found, done.stdout + done.stderr
+    return found.group(1)
+
+
+@pytest.mark.parametrize("how", ["kubeddp beside it", "both in one command"])
+def test_pip_keeps_a_torch_newer_than_any_tested(
+    how: str, offline_index: Path, tmp_path: Path
+) -> None:
+    """`pip install kubeddp` where torch 2.99.0 is installed, and `pip install torch==2.99.0
+    kubeddp`: pip resolves kubeddp's torch requirement with 2.99.0 and keeps it (a cap such as
+    <2.15 made the first replace torch with a multi-GB download of another build and the
+    second ResolutionImpossible)."""
+    python = _fresh_venv(tmp_path / "venv")
+    offline = ["install", "--no-index", "--find-links", str(offline_index)]
+    if how == "kubeddp beside it":
+        done = _pip(python, *offline, "--no-deps", f"torch=={STAND_IN_TORCH}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        done = _pip(python, *offline, "kubeddp")
+    else:
+        done = _pip(python, *offline, f"torch=={STAND_IN_TORCH}", "kubeddp")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _torch_version(python) == STAND_IN_TORCH
+    installed = re.search(r"^Successfully installed (.*)$", done.stdout, re.M)
+    assert installed and "kubeddp-" in installed.group(1), done.stdout
+    if how == "kubeddp beside it":
+        assert "torch-" not in installed.group(1), f"pip reinstalled torch: {installed.group(0)}"

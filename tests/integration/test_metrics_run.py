@@ -1,7 +1,8 @@
 """The per-pod /metrics endpoint during real 2-process `kubeddp train` runs (gloo, CPU).
 
-Scrapes with urllib and parses with prometheus_client's text parser; a worker is killed with
-SIGKILL to prove counters survive torchrun restarts; a real Prometheus server scrapes a run.
+Scrapes with urllib and parses with prometheus_client's text parser; promtool lints a live
+/metrics; a worker is killed with SIGKILL to prove counters survive torchrun restarts; a real
+Prometheus server scrapes a run.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers.readme import DOCS, doc_section
 
@@ -31,6 +34,12 @@ KUBEDDP = REPO / ".venv" / "bin" / "kubeddp"
 LOG_STEP = re.compile(r"^step (\d+)/(\d+) \|", re.MULTILINE)
 METRICS_URL = re.compile(r"\[kubeddp\] metrics: (http://\S+/metrics)")
 COUNTERS = ("kubeddp_samples_total", "kubeddp_data_wait_seconds_total")
+# Served by rank 0's pod from its first checkpoint on (no series before: no sentinel 0)
+FROM_FIRST_SAVE = (
+    "kubeddp_checkpoint_save_duration_seconds",
+    "kubeddp_last_checkpoint_timestamp_seconds",
+)
+PROMTOOL = shutil.which("promtool")
 
 
 def documented_metric_names() -> list[str]:
@@ -51,9 +60,13 @@ def documented_metric_names() -> list[str]:
 Scrape = dict[str, list[tuple[str, dict[str, str], float]]]  # family -> samples
 
 
-def scrape(url: str) -> Scrape:
+def scrape_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
+        return resp.read().decode()
+
+
+def scrape(url: str) -> Scrape:
+    text = scrape_text(url)
     out: Scrape = {}
     for family in text_string_to_metric_families(text):
         name = family.name + ("_total" if family.type == "counter" else "")
@@ -167,8 +180,12 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
     with training_run(tmp_path, epochs=12, linger=20) as run:
         assert run.url.startswith("http://127.0.0.1:")
         scrapes: list[Scrape] = []
+        training_text = ""  # a whole /metrics while the ranks train: every family is there
         while "[kubeddp] metrics: serving" not in run.output():
             assert run.proc.poll() is None, run.output()[-3000:]
+            text = scrape_text(run.url)
+            if "kubeddp_rank_last_progress_timestamp_seconds{" in text:
+                training_text = text
             scrapes.append(scrape(run.url))
             time.sleep(0.2)
         final = scrape(run.url)  # workers have exited; the values are their last ones
@@ -184,8 +201,8 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
     # 2 ranks x batch 32 per step; each epoch's last step may be short.
     assert 64 * (total_steps - 12) < samples <= 64 * total_steps
     assert value(final, "kubeddp_worker_restarts_total") == 0
-    assert value(final, "kubeddp_step_duration_seconds_count", rank="0") == total_steps
-    assert value(final, "kubeddp_step_duration_seconds_count", rank="1") == total_steps
+    # one histogram for the pod (metrics.per_rank is off): both ranks' steps
+    assert value(final, "kubeddp_step_duration_seconds_count") == 2 * total_steps
     assert value(final, "kubeddp_last_checkpoint_timestamp_seconds") > 0
     assert value(final, "kubeddp_gpu_memory_allocated_bytes", rank="0") == 0  # CPU
     info = final["kubeddp_info"][0][1]
@@ -201,15 +218,24 @@ def test_scrapes_during_a_two_process_run(tmp_path: Path) -> None:
         missing = [name for name in expected if not snapshot.get(name)]
         if step_of(snapshot) < LOG_EVERY:  # the loss is read (a host sync) at log steps only
             missing = [name for name in missing if name != "kubeddp_loss"]
+        if "kubeddp_last_checkpoint_timestamp_seconds" not in snapshot:  # before the first save
+            missing = [name for name in missing if name not in FROM_FIRST_SAVE]
         assert not missing, f"metrics in the docs/metrics.md table but not served: {missing}"
         for samples_of_family in snapshot.values():
             for name, labels, _ in samples_of_family:
                 assert "pid" not in labels, f"{name} has a pid label: {labels}"
+    # Prometheus' own lint of a live /metrics (Debian's prometheus package): names, units, types
+    assert training_text, "no scrape saw the ranks train"
+    if PROMTOOL:
+        done = subprocess.run([PROMTOOL, "check", "metrics"], input=training_text,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_counters_survive_a_killed_worker(tmp_path: Path) -> None:
+    """...and the TensorBoard curves of the killed and resumed run show each step once."""
     with training_run(tmp_path, epochs=25, max_restarts=1, linger=20) as run:
         scrapes: list[Scrape] = []
         while not scrapes or step_of(scrapes[-1]) < 150:
@@ -240,7 +266,53 @@ def test_counters_survive_a_killed_worker(tmp_path: Path) -> None:
     # The work done before the kill is still counted after it.
     total_steps = int(LOG_STEP.search(run.output()).group(2))
     assert value(scrapes[-1], "kubeddp_step") == total_steps
-    assert value(scrapes[-1], "kubeddp_step_duration_seconds_count", rank="0") >= total_steps
+    assert value(scrapes[-1], "kubeddp_step_duration_seconds_count") >= 2 * total_steps
+    # The TensorBoard curves beside the checkpoints: one event file per worker generation, and
+    # TensorBoard's own readers show each log step once, up to the last.
+    curves = tmp_path / "ckpt" / "tensorboard"
+    assert len(list(curves.glob("events.out.tfevents.*"))) >= 2, sorted(curves.iterdir())
+    expected = list(range(LOG_EVERY, total_steps + 1, LOG_EVERY))
+    if total_steps % LOG_EVERY:
+        expected.append(total_steps)  # the last step is a log step too
+    board = EventAccumulator(str(curves))
+    board.Reload()
+    assert [p.step for p in board.Scalars("train/loss")] == expected
+    assert [p.step for p in tensorboard_scalars(tmp_path / "ckpt", "train/loss")] == expected
+
+
+def tensorboard_scalars(logdir: Path, tag: str) -> list[Any]:
+    """`tensorboard --logdir` (its Rust data server, TensorBoard's default reader) over
+    `logdir`, asked for the run's points of `tag` through its HTTP API."""
+    port = free_port()
+    log = (logdir.parent / "tensorboard.log").open("wb")
+    server = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "tensorboard"), "--logdir", str(logdir), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast=true"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=tensorboard&tag={tag}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert server.poll() is None, (logdir.parent / "tensorboard.log").read_text()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    points = json.load(resp)
+            except (OSError, ValueError):
+                points = []  # not up yet, or the run not loaded yet
+            if points:
+                return [TensorBoardPoint(int(step), value) for _, step, value in points]
+            time.sleep(1)
+        raise AssertionError("tensorboard showed no points: " + url)
+    finally:
+        kill_group(server)
+        log.close()
+
+
+@dataclass
+class TensorBoardPoint:
+    step: int
+    value: float
 
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -295,10 +367,10 @@ def test_prometheus_server_scrapes_a_run(tmp_path: Path) -> None:
             assert float(up[0]["value"][1]) == 1
             quantile = prometheus_query(
                 f"http://{web}",
-                "histogram_quantile(0.5, sum by (rank, le) "
+                "histogram_quantile(0.5, sum by (instance, le) "
                 "(rate(kubeddp_step_duration_seconds_bucket[15s])))",
             )
-            assert {r["metric"]["rank"] for r in quantile} == {"0", "1"}
+            assert [r["metric"]["instance"] for r in quantile] == [target]
         finally:
             kill_group(server)
             server_log.close()

@@ -40,13 +40,13 @@ SKIPS: dict[str, str | None] = {
     "make test-fast": "the unit tier, which the whole suite this test belongs to runs",
     "make test": "the whole suite, of which this test is a part",
     ". .venv/bin/activate": None,
-    "kubeddp train --nproc 2 --script examples/ddp_train.py -- --epochs 3": None,
+    "kubeddp train --nproc 2 --script examples/ddp_train.py --epochs 3": None,
     "docker run --rm --gpus all --shm-size=16g my-train": DOCKER + " and a GPU",
-    "kubeddp submit pytorchjob --name my-train --image REG/my-train --nodes 2 --gpus-per-node 8 "
+    "kubeddp submit pytorchjob --name my-train --image REG/my-train --nnodes 2 --gpus-per-node 8 "
     "--script /app/train.py -- --epochs 3": CLUSTER,
-    "kubeddp submit trainjob --name my-train --image REG/my-train --nodes 2 --gpus-per-node 8 "
+    "kubeddp submit trainjob --name my-train --image REG/my-train --nnodes 2 --gpus-per-node 8 "
     "--script /app/train.py -- --epochs 3": CLUSTER,
-    "kubeddp submit indexedjob --name my-train --image REG/my-train --nodes 2 --gpus-per-node 8 "
+    "kubeddp submit indexedjob --name my-train --image REG/my-train --nnodes 2 --gpus-per-node 8 "
     "--script /app/train.py -- --epochs 3": CLUSTER,
     "kubeddp train --nnodes 2 --node-rank 0 --master-addr host-a --script train.py": "needs a "
     "second host and the reader's train.py (tests/integration/test_bare_metal_nodes.py runs two "
@@ -69,17 +69,19 @@ SKIPS: dict[str, str | None] = {
     "kubectl apply -f k8s/pytorchjob-gpu.yaml": CLUSTER,
     "helm install demo charts/kubeddp --set nodes=4 --set gpusPerNode=8 "
     "--set checkpoints.size=200Gi": CLUSTER,
-    "kubeddp render pytorchjob --name llm --nodes 4 --gpus-per-node 8 > llm.yaml": None,
-    "kubeddp submit pytorchjob --name llm --nodes 4 --gpus-per-node 8": CLUSTER,
+    "kubeddp render pytorchjob --name llm --nnodes 4 --gpus-per-node 8 > llm.yaml": None,
+    "kubeddp submit pytorchjob --name llm --nnodes 4 --gpus-per-node 8": CLUSTER,
 }
 # What a command that ran must have left (a regex of its output, or a file in the copy).
 SHOWS = {
     "make demo": r"done: 440 steps in .* final loss",
-    "kubeddp train --nproc 2 --script examples/ddp_train.py -- --epochs 3": r"done: \d+ steps",
+    "kubeddp train --nproc 2 --script examples/ddp_train.py --epochs 3": r"done: \d+ steps",
     "kubeddp --version": r"kubeddp \d+\.\d+\.\d+",
     "kubeddp train --nproc 2 --set workload.name=regression": r"\[kubeddp\] finished",
 }
-LEAVES = {"kubeddp render pytorchjob --name llm --nodes 4 --gpus-per-node 8 > llm.yaml": "llm.yaml"}
+LEAVES = {
+    "kubeddp render pytorchjob --name llm --nnodes 4 --gpus-per-node 8 > llm.yaml": "llm.yaml"
+}
 
 
 def readme_commands() -> list[str]:

@@ -23,7 +23,7 @@ EPOCHS = 8  # a snapshot every 2 epochs
 
 def spawn_argv(snapshot: Path, *extra: str) -> list[str]:
     return procs.kubeddp_argv(
-        "train", "--nproc", "2", "--set", "metrics.port=0", "--script", str(SCRIPT), *extra,
+        "train", "--nproc", "2", "--set", "metrics.port=0", *extra, "--script", str(SCRIPT),
         "--", str(EPOCHS), "2", "--world-size", "2", "--snapshot", str(snapshot),
     )  # fmt: skip
 

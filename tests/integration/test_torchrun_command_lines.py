@@ -1,7 +1,8 @@
 """The torchrun command lines the tutorials teach, with `torchrun` replaced by `kubeddp train`,
 run real workers (gloo, 2 processes) of a tutorial-style script: both spellings of the flags,
 the positional form (`train.py ARGS`, `-m module ARGS`), --standalone, and two nodes on
-loopback. Without an address, --nnodes 2 says why in one line."""
+loopback; `--script PATH` ends kubeddp's options as torchrun's program word does. Without an
+address, --nnodes 2 says why in one line."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 total = torch.ones(1)
 dist.all_reduce(total)
-print(f"probe rank {dist.get_rank()} sum {total.item():g} args {sys.argv[1:]}", flush=True)
+# one write per line: unbuffered ranks printing at once would interleave message and newline
+sys.stdout.write(f"probe rank {dist.get_rank()} sum {total.item():g} args {sys.argv[1:]}\n")
 dist.destroy_process_group()
 """
 
@@ -133,6 +135,21 @@ def test_a_pasted_torchrun_line_with_every_kind_of_option(tmp_path: Path) -> Non
     zero = next(logs.rglob("0/stdout.log")).read_text()
     assert "probe rank 0 sum 2 args ['--log', '5', '--nproc', '4']" in zero
     assert "Warning" not in done.output, done.output[-3000:]
+
+
+def test_everything_after_the_script_is_the_scripts(tmp_path: Path) -> None:
+    """The program ends kubeddp's options, as with torchrun: `--nproc 2 --script probe.py 4 2
+    --nproc 1 --log-dir DIR` starts 2 workers, and each gets every word after the script (the
+    --nproc and --log-dir too: no log directory is made)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    logs = tmp_path / "tb"
+    done = train(tmp_path, "--nproc", "2", "--script", str(probe), "4", "2", "--nproc", "1",
+                 "--log-dir", str(logs))  # fmt: skip
+    shown = sorted(re.findall(r"^probe rank (\d) sum (\d) args (.*)$", done.output, re.M))
+    args = str(["4", "2", "--nproc", "1", "--log-dir", str(logs)])
+    assert shown == [("0", "2", args), ("1", "2", args)], done.output[-3000:]
+    assert not logs.exists()
 
 
 def test_no_python_runs_the_program_as_it_is(tmp_path: Path) -> None:

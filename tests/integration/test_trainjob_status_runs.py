@@ -92,8 +92,8 @@ def test_a_script_reporting_steps_fills_the_status(tmp_path: Path) -> None:
     with tss.running(tmp_path / "tls", {(NS, NAME)}) as server:
         env = trainer_env(server, tmp_path / "pod")
         argv = procs.kubeddp_argv(
-            "train", "--nproc", "2", "--script", str(user_script.SCRIPT), "--set",
-            "metrics.port=0", "--", *user_script.ARGS, "--pause", "0.1",
+            "train", "--nproc", "2", "--set", "metrics.port=0", "--script",
+            str(user_script.SCRIPT), *user_script.ARGS, "--pause", "0.1",
             "--snapshot", str(tmp_path / "snapshot.pt"),
         )  # fmt: skip
         done = procs.run(argv, tmp_path / "run.log", RUN_SECONDS, env)

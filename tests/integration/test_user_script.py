@@ -40,6 +40,7 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 
 
 def both_ranks_reported(url: str) -> dict | None:
+    """Both ranks' steps in the per-rank step histogram (metrics.per_rank=true)."""
     metrics = scrape(url)
     counts = [metrics.get(("kubeddp_step_duration_seconds_count", (("rank", r),)), 0) for r in "01"]
     return metrics if metrics.get(("kubeddp_step", ()), 0) >= 4 and min(counts) >= 2 else None
@@ -48,9 +49,10 @@ def both_ranks_reported(url: str) -> dict | None:
 def test_metrics_preemption_and_exact_resume(tmp_path: Path) -> None:
     snapshot = tmp_path / "snapshot.pt"
     argv = procs.kubeddp_argv(
-        "train", "--nproc", "2", "--script", str(user_script.SCRIPT), "--set", "metrics.port=0",
-        "--set", "checkpoint.preempt_grace_seconds=30",
-        "--", *user_script.ARGS, "--snapshot", str(snapshot), "--pause", "0.05",
+        "train", "--nproc", "2", "--set", "metrics.port=0",
+        "--set", "checkpoint.preempt_grace_seconds=30", "--set", "metrics.per_rank=true",
+        "--script", str(user_script.SCRIPT),
+        *user_script.ARGS, "--snapshot", str(snapshot), "--pause", "0.05",
     )  # fmt: skip
     with procs.started(argv, tmp_path / "first.log") as first:
         url = first.wait_for_output(r"\[kubeddp\] metrics: (http://\S+)", 120).group(1)
@@ -61,6 +63,10 @@ def test_metrics_preemption_and_exact_resume(tmp_path: Path) -> None:
         assert metrics[("kubeddp_world_size", ())] == 2
         assert metrics[("kubeddp_samples_total", ())] >= 2 * 16 * 2  # both ranks' samples
         assert ("kubeddp_loss", ()) in metrics
+        # metrics.per_rank: each rank's phase too (a report_step program sits in `step`)
+        phases = {dict(labels)["rank"] for (name, labels), v in metrics.items()
+                  if name == "kubeddp_rank_phase" and v == 1}  # fmt: skip
+        assert phases == {"0", "1"}, phases
         first.send_signal(signal.SIGTERM)  # as tini / the kubelet would: the launch process
         code = first.wait(90)
     out = first.output()
@@ -71,8 +77,8 @@ def test_metrics_preemption_and_exact_resume(tmp_path: Path) -> None:
 
     rerun = procs.run(
         procs.kubeddp_argv(
-            "train", "--nproc", "2", "--script", str(user_script.SCRIPT), "--set",
-            "metrics.port=0", "--", *user_script.ARGS, "--snapshot", str(snapshot),
+            "train", "--nproc", "2", "--set", "metrics.port=0", "--script",
+            str(user_script.SCRIPT), "--", *user_script.ARGS, "--snapshot", str(snapshot),
         ),
         tmp_path / "rerun.log",
         user_script.RUN_SECONDS,

@@ -60,7 +60,7 @@ printf '%s\0' helm "$@" > "${state}/calls/$(printf '%04d' "${n}")"
 # What the legs wait for and read from a running cluster: not here.
 NO_CLUSTER = (
     "wait_job", "assert_trained", "assert_resumed", "assert_metrics", "wait_pod_running",
-    "replace_pod", "lose_rank0_pod",
+    "replace_pod", "lose_rank0_pod", "assert_kind_auto",
 )  # fmt: skip
 
 

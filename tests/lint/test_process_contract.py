@@ -18,7 +18,7 @@ LAUNCHER_MAY_IMPORT = {
     f"{WORKER}.program": "Program and its runner: checked by launch, run in process under torchrun",
     f"{WORKER}.entry": "run: under a user's own torchrun, launch trains in its own process",
     f"{WORKER}.compiled": "compile_plan: launch refuses train.compile=on before any wait",
-    f"{WORKER}.metrics": "tolerant_collector: prometheus_client's reader of the workers' files",
+    f"{WORKER}.metrics": "FAMILIES: what a worker records, which launch serves (its own table)",
 }
 # The contract's environment names and the suffixes of its files, spelled nowhere else.
 SPELLED_ONCE = [
@@ -27,6 +27,7 @@ SPELLED_ONCE = [
     ".stacks",
     ".fr-request",
     ".fr.json",
+    process_contract.WORKER_METRICS_SUFFIX,
 ]
 
 

@@ -83,4 +83,4 @@ def test_kubeflow_kinds_checked_against_the_bundled_crd(key: str) -> None:
     schema = bundled_schemas.crd_schema(key)
     assert schema_checks.crd_issues(job, schema) == []
     bad = {**copy.deepcopy(job), "spec": {**job["spec"], "runPolicyy": {}}}
-    assert [path for path, _ in schema_checks.crd_issues(bad, schema)] == ["spec"]
+    assert [path for path, _ in schema_checks.crd_issues(bad, schema)] == ["spec.runPolicyy"]

@@ -96,7 +96,7 @@ def test_values_yaml_holds_the_defaults() -> None:
 
 def test_defaults_are_the_designed_ones() -> None:
     values = load_yaml("values.yaml")
-    assert values["kind"] == "PyTorchJob"
+    assert values["kind"] == "auto"  # the kind the cluster serves (templates/_kind.tpl)
     assert values["shmSize"] == "8Gi"
     # null: 120 s, or behind a keeper the save plus the send of a checkpoint (_keeper.tpl)
     assert values["terminationGracePeriodSeconds"] is None
@@ -342,4 +342,4 @@ def test_each_kind_has_its_template() -> None:
     for kind in KINDS.values():
         template = CHART / "templates" / f"{kind.name}.yaml"
         first = template.read_text().splitlines()[0]
-        assert first == f'{{{{- if eq .Values.kind "{kind.chart_kind}" }}}}', template
+        assert first == f'{{{{- if eq (include "kubeddp.kind" .) "{kind.chart_kind}" }}}}', template

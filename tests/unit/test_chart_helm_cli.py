@@ -137,6 +137,48 @@ def test_fail_rule_stops_template(case: str, helm_home, tmp_path) -> None:
     assert SCHEMA_HEADER not in done.stderr  # the template rule, not the schema
 
 
+TRAINER_API = "trainer.kubeflow.org/v1alpha1/TrainJob"
+TRAINING_OPERATOR_API = "kubeflow.org/v1/PyTorchJob"
+# --api-versions given -> the job kind `kind: auto` renders
+AUTO_CASES = {
+    "no cluster": ((), "Job"),
+    "trainer only": ((TRAINER_API,), "TrainJob"),
+    "training-operator only": ((TRAINING_OPERATOR_API,), "PyTorchJob"),
+    "both": ((TRAINING_OPERATOR_API, TRAINER_API), "TrainJob"),
+    # kubeflow.org/v1 without PyTorchJob (Kubeflow Notebooks' group): not training-operator
+    "notebooks only": (("kubeflow.org/v1", "kubeflow.org/v1/Notebook"), "Job"),
+}
+JOB_KINDS = ("PyTorchJob", "TrainJob", "Job")
+
+
+def job_kind_of(text: str) -> str:
+    (kind,) = [doc["kind"] for doc in yaml.safe_load_all(text) if doc and doc["kind"] in JOB_KINDS]
+    return kind
+
+
+@each_helm
+@pytest.mark.parametrize("case", AUTO_CASES)
+def test_kind_auto_renders_the_kind_the_api_versions_say(
+    release: Release, case: str, helm_home
+) -> None:
+    """`helm template --api-versions` stands for the cluster's discovery (Helm's capabilities)."""
+    apis, expected = AUTO_CASES[case]
+    extra = [arg for api in apis for arg in ("--api-versions", api)]
+    done = helm(release, helm_home, "template", RELEASE, str(CHART), *extra)
+    assert done.returncode == 0, done.stderr
+    assert job_kind_of(done.stdout) == expected
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "IndexedJob"])
+def test_a_kind_given_wins_over_the_api_versions(kind: str, helm_home) -> None:
+    done = helm(
+        HELM_3_OLDEST, helm_home, "template", RELEASE, str(CHART), "--set", f"kind={kind}",
+        "--api-versions", TRAINER_API,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert job_kind_of(done.stdout) == {"IndexedJob": "Job"}.get(kind, kind)
+
+
 @each_helm
 def test_packaged_chart_renders_as_the_folder(release: Release, helm_home, tmp_path) -> None:
     packed = helm(release, helm_home, "package", str(CHART), "--destination", str(tmp_path))

@@ -9,6 +9,7 @@ rendezvous endpoint that is a pod's DNS name and one of its container ports.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.util
 import sys
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from kubeddp.trainer.launcher.agent import WORKER_MODULE
+from kubeddp.trainer.launcher.launch import launch_parser, parse_command_line
 from kubeddp.trainer.launcher.program_options import torchrun_worker_args
 from kubeddp.trainer.launcher.rendezvous import plan_from_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
@@ -67,16 +69,20 @@ def pod_env(pod, index: int) -> dict[str, str]:
     return env
 
 
+def launch_options(container: dict) -> tuple[argparse.Namespace, list[str]]:
+    """The container's args as `kubeddp launch` parses them (the program ends its options)."""
+    return parse_command_line(launch_parser(), container.get("args", []))
+
+
 def worker_command(container: dict) -> tuple[str, list[str], list[str]]:
     """What launch gives torchrun for the container's args: the worker module, its
     arguments, and the arguments its command line must end with."""
-    args = container.get("args", [])
-    after_dash = args[args.index("--") + 1 :]
-    for option, mode in (("--script", "script"), ("--module", "module")):
-        if option in args:  # trainer.script/module: the user's program gets what follows --
-            program = Program(mode, args[args.index(option) + 1], tuple(after_dash))
-            return RUNNER_MODULE, torchrun_worker_args(program), program.runner_args()
-    return WORKER_MODULE, [], []  # the config reaches the workers in their environment
+    args, rest = launch_options(container)
+    if args.script is None and args.module is None:
+        return WORKER_MODULE, [], []  # the config reaches the workers in their environment
+    mode = "script" if args.script is not None else "module"
+    program = Program(mode, args.script or args.module, tuple(rest))
+    return RUNNER_MODULE, torchrun_worker_args(program), program.runner_args()
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
@@ -118,6 +124,11 @@ def test_every_pod_agrees_on_the_world(values_file: Path) -> None:
     assert int(port) in ports | {29500}  # the Trainer adds 29500 itself
     for p in plans:
         assert p.argv[-len(argv_end) - 2 :] == ["--module", module, *argv_end]
+    trainer = values.get("trainer", {})
+    if trainer.get("script") or trainer.get("module"):  # launch's own options stay launch's
+        args, rest = launch_options(first.container)
+        assert rest == trainer.get("args", [])
+        assert args.spawns_workers == trainer.get("spawnsWorkers")
 
 
 def test_cpu_ci_values_start_two_workers_per_pod() -> None:

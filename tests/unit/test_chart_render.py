@@ -125,8 +125,8 @@ CI_ARGV = {
         "--fabric", "roce", "--fabric-resource", "rdma/ib", "--fabric-devices", "1",
         "--topology-key", "example.com/rack",
     ],
-    "gpu-multinode-values": [
-        "pytorchjob", "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
+    "gpu-multinode-values": [  # kind auto: helm template sees no cluster, render names none
+        "--name", "demo-kubeddp", "--nodes", "4", "--gpus-per-node", "8",
         "--cpu", "32", "--memory", "256Gi", "--memory-limit", "256Gi", "--shm-size", "64Gi",
         "--node-selector", "nvidia.com/gpu.present=true", "--tolerations", GPU_TOLERATION,
         "--affinity", INSTANCE_TYPES, "--priority-class", "training-high",
@@ -149,15 +149,20 @@ CI_ARGV = {
         "--memory", "16Gi", "--checkpoint-size", "20Gi", "--checkpoint-access-mode",
         "ReadWriteMany", "--podmonitor", "--fabric", "hostNetwork",
     ],
-    "kueue-values": [
-        "pytorchjob", "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
+    "pytorchjob-values": [
+        "pytorchjob", "--name", "demo-kubeddp", "--nodes", "2", "--gpus-per-node", "1",
+        "--time-limit", "12h",
+    ],
+    "kueue-values": [  # kind auto, as gpu-multinode-values
+        "--name", "demo-kubeddp", "--queue", "team-a", "--nodes", "2",
         "--gpus-per-node", "4", "--cpu", "16", "--memory", "64Gi", "--memory-limit", "64Gi",
         "--topology-key", "cloud.google.com/gce-topology-block",
     ],
     "script-values": [
         "pytorchjob", "--name", "my-train", "--nodes", "2", "--nproc-per-node", "2",
         "--image", "registry.example.com/ml/my-train:1.0", "--image-pull-secret", "regcred",
-        "--script", "/app/ddp_train.py", "--volume", "claim:datasets:/data:ro",
+        "--no-spawns-workers", "--script", "/app/ddp_train.py",
+        "--volume", "claim:datasets:/data:ro",
         "--env-from", "secret:s3-credentials", "--env-secret", "HF_TOKEN=hub-credentials:token",
         "--checkpoint-size", "10Gi", "--set", "checkpoint.preempt_grace_seconds=30",
         "--", "--epochs", "3", "--snapshot", "/checkpoints/snapshot.pt", "--lr", "0.05",
@@ -188,6 +193,7 @@ MORE_CASES = {
     ),
     "policies": (
         {
+            "kind": "PyTorchJob",
             "restartPolicy": "OnFailure",
             "backoffLimit": 1,
             "cleanPodPolicy": "All",
@@ -201,7 +207,11 @@ MORE_CASES = {
         ],
     ),
     "elastic-nodes": (
-        {"elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4, "maxRestarts": 7}, "nodes": 2},
+        {
+            "kind": "PyTorchJob",
+            "elastic": {"enabled": True, "minNodes": 1, "maxNodes": 4, "maxRestarts": 7},
+            "nodes": 2,
+        },
         ["pytorchjob", "--elastic", "1:4", "--max-restarts", "7", "--nodes", "2"],
     ),
     "trainjob-auto": (
@@ -218,7 +228,8 @@ MORE_CASES = {
         ],
     ),
     "scheduler-plugins": (
-        {"nodes": 3, "gang": {"scheduler": "scheduler-plugins"}, "priorityClassName": "high"},
+        {"kind": "PyTorchJob", "nodes": 3, "gang": {"scheduler": "scheduler-plugins"},
+         "priorityClassName": "high"},
         ["pytorchjob", "--nodes", "3", "--gang", "scheduler-plugins", "--priority-class", "high"],
     ),
 }  # fmt: skip
@@ -326,7 +337,7 @@ def test_helm_package_makes_a_chart_that_renders(tmp_path: Path) -> None:
         assert "values.schema.json" not in names or packaged.schema is not None
         assert not any(name.startswith("ci/") for name in names)
         rendered = packaged.render({"nodes": 2}, name=RELEASE, namespace=NAMESPACE)
-    assert any("kind: PyTorchJob" in text for text in rendered.values())
+    assert any("kind: Job" in text for text in rendered.values())  # kind auto, no cluster
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
@@ -410,7 +421,11 @@ def test_notes_tell_how_to_follow_the_job(kind: str) -> None:
 
 
 def test_notes_warn_about_a_master_and_lost_checkpoints() -> None:
-    values = {"pytorchJob": {"masterReplica": True}, "checkpoints": {"lostOnRetry": True}}
+    values = {
+        "kind": "PyTorchJob",
+        "pytorchJob": {"masterReplica": True},
+        "checkpoints": {"lostOnRetry": True},
+    }
     notes = chart().render(values, name=RELEASE, namespace=NAMESPACE)["kubeddp/templates/NOTES.txt"]
     assert "logs -f demo-kubeddp-master-0" in notes
     assert "init-pytorch" in notes and "--pytorch-init-container-template-file" in notes

@@ -106,7 +106,15 @@ def test_each_kind_refuses_each_value_it_cannot_take(kind: str, path: str) -> No
 def test_valid_values_still_render() -> None:
     """The rules are not over-eager: the boundary cases pass."""
     ok = [
-        {"nodes": 4, "elastic": {"enabled": True, "minNodes": 4, "maxNodes": 4}},
+        {
+            "kind": "PyTorchJob",
+            "nodes": 4,
+            "elastic": {"enabled": True, "minNodes": 4, "maxNodes": 4},
+        },
+        {"timeLimit": 1},
+        {"timeLimit": "1h30m"},
+        {"timeLimit": "90s"},
+        {"timeLimit": "3600"},
         {"gpusPerNode": 2, "nprocPerNode": 2},
         {"kind": "TrainJob", "nprocPerNode": "auto"},
         {"kind": "IndexedJob", "restartPolicy": "OnFailure"},
@@ -114,7 +122,7 @@ def test_valid_values_still_render() -> None:
         {"checkpoints": {"storageClassName": "fast"}},  # the created claim's class, default size
         {"checkpoints": {"existingClaim": "ckpt"}},
         {"checkpoints": {"lostOnRetry": True}},
-        {"pytorchJob": {"masterReplica": True}, "nodes": 3},
+        {"kind": "PyTorchJob", "pytorchJob": {"masterReplica": True}, "nodes": 3},
         {"config": {"workload": {"name": "custom", "model": "m:f", "data": "d:f"}}},
         {"kind": "TrainJob", "backoffLimit": None, "elastic": {"enabled": False, "minNodes": 2}},
         {"monitoring": {"podMonitor": {"enabled": True, "labels": {"a": "b"}, "interval": "1m"}}},

@@ -82,7 +82,9 @@ def test_bad_render_options_are_the_clis_errors(options, argv, capsys) -> None:
     ("options", "says"),
     [
         ({"gpus": 8}, "'gpus' is not a render option"),
-        ({"nodes": "two"}, "nodes (--nodes): 'two' is not an integer"),
+        ({"nodes": "two"}, "--nodes: 'two' is neither N nor MIN:MAX"),
+        ({"nodes": 2, "nnodes": 3}, "nodes and nnodes are one option"),
+        ({"nnodes": True}, "nnodes (--nnodes): True is not text"),
         ({"master_replica": "yes"}, "(--master-replica): 'yes' is not True or False"),
         ({"ttl_seconds_after_finished": "1.5s"}, "is not a whole number of seconds"),
     ],
@@ -216,8 +218,12 @@ def test_submit_a_file_and_validate_files(tmp_path, monkeypatch) -> None:
     assert err.value.exit_code == exit_codes.BAD_INPUT and "cannot read" in str(err.value)
 
 
-def test_submit_needs_one_thing_to_submit() -> None:
-    for given in ({}, {"kind": "pytorchjob", "filename": "x.yaml"}):
+def test_submit_takes_one_thing_to_submit() -> None:
+    """A file, objects, or render options (with a KIND or without: the cluster's kind)."""
+    for given in (
+        {"kind": "pytorchjob", "filename": "x.yaml"},
+        {"filename": "x.yaml", "manifests": []},
+    ):
         with pytest.raises(KubeddpError) as err:
             Client().submit(**given)
         assert err.value.exit_code == exit_codes.BAD_INPUT and "-f FILE or KIND" in str(err.value)

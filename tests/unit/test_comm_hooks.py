@@ -13,7 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubeddp.trainer.config import DDPConfig, config_from_dict
-from kubeddp.trainer.worker import comm_hooks
+from kubeddp.trainer.worker import comm_hooks, grad_ready
 from tests.helpers.one_rank import one_rank_group
 
 pytestmark = pytest.mark.timeout(120)
@@ -160,3 +160,33 @@ def test_the_config_refuses_an_unknown_hook_and_a_start_before_step_two() -> Non
         config_from_dict({"ddp": {"comm_hook": "int8"}})
     with pytest.raises(ConfigError, match="ddp.powersgd_start_step.*>= 2"):
         config_from_dict({"ddp": {"powersgd_start_step": 1}})
+
+
+def test_without_a_chosen_hook_one_gradient_hook_marks_the_end_of_backward(group: None) -> None:
+    """DDP keeps its own all-reduce (no Python comm hook: no extra pass over the gradients);
+    the mark comes from the parameter whose gradient is accumulated last, learned over the
+    first passes, after which only that parameter has a hook: one call per step."""
+    marks: list[tuple[int, int]] = []  # (step, gradients accumulated when the mark came)
+    ddp = DDP(_model())
+    step = 0
+
+    def mark() -> None:
+        marks.append((step, sum(p.grad is not None for p in ddp.parameters())))
+
+    last = grad_ready.LastGradient(list(ddp.parameters()), mark)
+    for step in range(5):
+        _step(ddp, step)
+        last.step_done()
+    counts = [sum(1 for s, _ in marks if s == n) for n in range(5)]
+    params = len(list(ddp.parameters()))
+    assert counts[: grad_ready.LEARN_PASSES] == [params] * grad_ready.LEARN_PASSES
+    assert counts[grad_ready.LEARN_PASSES :] == [1] * (5 - grad_ready.LEARN_PASSES)
+    # the settled mark comes when every gradient is there: the last one's
+    assert all(n == params for s, n in marks if s >= grad_ready.LEARN_PASSES)
+    assert len(last.handles) == 1
+    # the gradients are DDP's own all-reduce's: what a model without the mark gets
+    plain = DDP(_model())
+    for got, want in zip(_step(ddp, 9), _step(plain, 9), strict=True):
+        assert torch.equal(got, want)
+    last.close()
+    assert last.handles == []

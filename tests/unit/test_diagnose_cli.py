@@ -15,8 +15,8 @@ pytestmark = pytest.mark.timeout(60)
 
 MASTER_LOG = """\
 2026-11-26T10:00:01.123Z step 5/100 | epoch 0 | loss 1.0
-2026-11-26T10:00:09.5Z [kubeddp] straggler: rank 1 (pod demo-worker-0, node n2) works 2.1x the \
-median
+2026-11-26T10:00:09.5Z [kubeddp] straggler: rank 1 (pod demo-worker-0, node n2, GPU \
+GPU-8d2e6b13-0a5c-4f7e-b3d9-2c4e7f9a1b02) works 2.1x the median
 2026-11-26T10:00:10Z step 10/100 | epoch 0 | loss 0.9
 """
 WORKER_LOG = """\
@@ -40,7 +40,8 @@ def test_status_shows_progress_stragglers_and_the_stall_line(api, capsys):
     assert code == 0, err
     assert "    step 10/100, last log line 2026-11-26T10:00:10Z" in out
     worker = out.split("demo-worker-0:", 1)[1]
-    assert "    straggler: rank 1 (2.1x)" in worker
+    # the GPU as dcgm-exporter's UUID label names it (the dashboard's GPU panels)
+    assert "    straggler: rank 1 (2.1x, GPU GPU-8d2e6b13-0a5c-4f7e-b3d9-2c4e7f9a1b02)" in worker
     assert "    ranks: rank 1 step 9 data 120 s (at 2026-11-26T10:04:00Z)" in worker
     assert "    stall: rank 1 (pod demo-worker-0, node n2) has been in data: x for 181 s" in worker
     assert "(full report: /checkpoints/diagnostics/stall.txt)" in worker

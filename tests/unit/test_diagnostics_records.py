@@ -134,21 +134,41 @@ def watch(tmp_path: Path) -> StallWatch:
     w.remove()
 
 
+def _progress_series(watch: StallWatch, per_rank: bool) -> dict[str, tuple[str, set[str]]]:
+    registry = CollectorRegistry()
+    registry.register(ProgressCollector(watch, per_rank))
+    served = {}
+    for family in registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        served[name] = (family.type, {k for s in family.samples for k in s.labels})
+    return {name: found for name, found in served.items() if found[1] or name.endswith("_total")}
+
+
 def test_the_progress_series_are_the_documented_ones(watch: StallWatch) -> None:
-    hb = _beat(Path(watch.directory), 0)
+    hb, idle = _beat(Path(watch.directory), 0), Heartbeat(watch.directory, 1)  # 1: starting
     try:
+        hb.straggler(2.5)
+        hb.nonfinite(3, "loss")
+        detailed = _progress_series(watch, per_rank=True)
         registry = CollectorRegistry()
-        registry.register(ProgressCollector(watch))
-        served = {}
-        for family in registry.collect():
-            name = family.name + ("_total" if family.type == "counter" else "")
-            labels = {k for s in family.samples for k in s.labels}
-            served[name] = (family.type, labels)
+        registry.register(ProgressCollector(watch, per_rank=True))
         value = registry.get_sample_value("kubeddp_rank_phase", {"rank": "0", "phase": "data"})
+        idle_progress = registry.get_sample_value(
+            "kubeddp_rank_last_progress_timestamp_seconds", {"rank": "1"}
+        )
+        hb.straggler(0.0)
+        default = _progress_series(watch, per_rank=False)
     finally:
         hb.close()
-    assert served == documented_tables()[2]
+        idle.close()
+    assert detailed == documented_tables()[2]
     assert value == 1.0
+    assert idle_progress is None  # a rank still starting is not watched: no series
+    # by default: no per-rank detail, and no verdict series once the verdict is gone
+    assert set(default) == {
+        "kubeddp_rank_last_progress_timestamp_seconds", "kubeddp_nonfinite_step",
+        "kubeddp_stalls_total",
+    }  # fmt: skip
 
 
 def test_the_watch_reports_a_stall_once_and_rearms(watch: StallWatch) -> None:

@@ -88,7 +88,8 @@ def test_a_fraction_is_refused_with_one_line() -> None:
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: f"helm-{r.helm_version}")
 def test_each_helm_binary_computes_the_same_requests(release: Release, tmp_path) -> None:
     binary = helm_cli.require(release, "helm")
-    values = {"gpusPerNode": 3, "requestsPerGpu": {"cpu": "500m"}, "resources": {}}
+    values = {"kind": "PyTorchJob", "gpusPerNode": 3, "requestsPerGpu": {"cpu": "500m"},
+              "resources": {}}  # fmt: skip
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     done = subprocess.run(
         [str(binary), "template", "r", str(CHART), "-f", str(tmp_path / "values.yaml")],

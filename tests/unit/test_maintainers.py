@@ -281,11 +281,11 @@ def job_kind_files() -> set[str]:
 
 
 def kind_paths() -> tuple[set[str], set[str]]:
-    """Paths that exist once per kind, NAME in its place (but for the chart's default kind,
-    whose values need no file: a new kind is never the default): (hand-edited, generated)."""
-    default = next(n for n, k in KINDS.items() if k.chart_kind == BY_PATH["kind"].default)
-    sample = next(n for n in KINDS if n != default)
-    shapes = _per_instance_paths(list(KINDS), default)
+    """Paths that exist once per kind, NAME in its place: (hand-edited, generated). The chart's
+    default is no kind (auto: the kind the cluster serves), so every kind has them all."""
+    assert BY_PATH["kind"].default not in {k.chart_kind for k in KINDS.values()}
+    sample = next(iter(KINDS))
+    shapes = _per_instance_paths(list(KINDS))
     generated = {shape for shape in shapes if is_generated(shape.replace("NAME", sample))}
     return shapes - generated, generated
 

@@ -74,6 +74,7 @@ def test_bad_linger_and_pushgateway_are_rejected() -> None:
 
 
 def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
+    """kubeddp's own worker files and a program's own prometheus_client files, merged."""
     endpoint = start_pod_metrics(MetricsConfig(port=0), in_kubernetes=False)
     assert endpoint is not None
     try:
@@ -86,12 +87,16 @@ def test_serves_the_directory_the_workers_write(tmp_path: Path) -> None:
             "m = TrainingMetrics(MetricsConfig(), 0, 1, 'gloo')\n"
             f"{on_step_call(step=7, loss=0.5, samples=4, step_seconds=0.01)}\n"
             "m.close()\n"
+            # the program's own prometheus_client metric (docs/your-own-script.md)
+            "from prometheus_client import Counter\n"
+            "Counter('my_batches', 'a program of its own', registry=None).inc(3)\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
         with urllib.request.urlopen(endpoint.url, timeout=5) as resp:
             families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
         assert families["kubeddp_step"].samples[0].value == 7
         assert families["kubeddp_samples"].samples[0].value == 4
+        assert families["my_batches"].samples[0].value == 3
     finally:
         endpoint.close(0, log=print)
     assert not Path(endpoint.directory).exists()

@@ -1,13 +1,12 @@
-"""TrainingMetrics in real worker-like processes writing prometheus_client multiprocess files.
+"""TrainingMetrics in real worker-like processes writing their metrics files.
 
-Each "worker" is a fresh Python process (prometheus_client picks its file-backed values when it
-is imported with PROMETHEUS_MULTIPROC_DIR set, as in a torchrun worker); the test reads the
-directory the way the launch process serves it.
+Each "worker" is a fresh Python process with PROMETHEUS_MULTIPROC_DIR set, as in a torchrun
+worker; the test reads the directory the way the launch process serves it
+(launcher/worker_metrics.py).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from kubeddp.trainer.launcher.worker_metrics import WorkerMetricsCollector
 from tests.helpers.metrics import on_step_call
 
 WORKER = textwrap.dedent(
@@ -60,11 +59,10 @@ def run_worker(
     subprocess.run([sys.executable, "-c", WORKER, *args], env=env, check=True, timeout=60)
 
 
-def served(directory: Path) -> dict[tuple[str, tuple], float]:
-    files = glob.glob(os.path.join(directory, "*.db"))
+def served(directory: Path, per_rank: bool = True) -> dict[tuple[str, tuple], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in MultiProcessCollector.merge(files)
+        for family in WorkerMetricsCollector(str(directory), per_rank).collect()
         for s in family.samples
     }
 
@@ -194,3 +192,39 @@ def test_report_step_records_what_the_trainer_records(tmp_path: Path) -> None:
     assert out[("kubeddp_tokens_total", ())] == 128
     assert out[("kubeddp_loss", ())] == 0.25
     assert out[("kubeddp_step_duration_seconds_count", (("rank", "1"),))] == 1
+
+
+REWRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from kubeddp.trainer.process_contract import WorkerMetricsFile
+    out = WorkerMetricsFile(Path(sys.argv[1]))
+    for i in range(500):  # records that grow and shrink, 100 times a worker's pace
+        n = (i * 7919) % 3000
+        out.write({"n": n, "fill": "x" * n})
+        time.sleep(0.001)
+    """
+)
+
+
+def test_a_record_read_while_it_is_rewritten_is_whole_or_left_out(tmp_path: Path) -> None:
+    """The worker rewrites its file in place (no rename): a scrape that overlaps a write must
+    read the old record, the new one, or nothing, never a mix."""
+    from kubeddp.trainer.process_contract import WORKER_METRICS_SUFFIX, read_worker_metrics
+
+    path = tmp_path / f"worker-0-1-ab{WORKER_METRICS_SUFFIX}"
+    writer = subprocess.Popen([sys.executable, "-c", REWRITER, str(path)])
+    try:
+        seen = whole = 0
+        while writer.poll() is None:
+            if not path.exists() or not path.stat().st_size:
+                continue  # not written yet
+            for record in read_worker_metrics(tmp_path):
+                assert record["fill"] == "x" * record["n"], "a record mixed from two writes"
+                whole += 1
+            seen += 1
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    assert seen > 100 and whole >= 0.9 * seen, f"{whole} of {seen} reads found a whole record"

@@ -131,7 +131,7 @@ def test_the_results_reach_metrics_as_documented(
     documented = metric_rows("Network check")
     assert {name: (f.type, {k for s in f.samples for k in s.labels}) for name, f in
             families.items()} == documented  # fmt: skip
-    (slow,) = families["kubeddp_network_slow_link"].samples
+    (slow,) = families["kubeddp_network_slow_link_ratio"].samples
     assert slow.value == pytest.approx(10.0)
     assert slow.labels == {
         "pod_a": "job-worker-0", "node_a": "node-0", "pod_b": "job-worker-3", "node_b": "node-3",
@@ -146,8 +146,9 @@ def test_a_later_check_without_a_slow_link_clears_the_verdict(tmp_path: Path) ->
     healthy = _result()
     healthy.verdict = judge(_links({(0, 1): 40 * GB, (0, 2): 40 * GB, (1, 2): 39 * GB}), 1.5)
     write_results(healthy, tmp_path / "network-check.json")
-    (slow,) = _scrape(tmp_path)["kubeddp_network_slow_link"].samples
-    assert slow.value == 0.0
+    served = _scrape(tmp_path)
+    assert "kubeddp_network_slow_link_ratio" not in served  # no verdict: no series
+    assert "kubeddp_network_slowest_link_bandwidth_bytes_per_second" in served
     assert json.loads((tmp_path / "network-check.json").read_text())["slow_ratio"] == 0.0
 
 

@@ -5,6 +5,7 @@ client, likewise."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from kubeddp.tools.cli.client_errors import CLI_EXTRA_MODULES, INSTALL_CLI_EXTRA
 from kubeddp.tools.cluster.kubectl_proxy import KUBECTL_ENV
@@ -195,3 +197,23 @@ def test_wheel_states_its_license_as_an_spdx_expression(wheel: Path) -> None:
         headers = archive.read(meta).decode().split("\n\n", 1)[0].splitlines()
     assert "License-Expression: Apache-2.0" in headers
     assert not [h for h in headers if h.startswith("License:")]
+
+
+def extra(name: str) -> list[Requirement]:
+    """An optional-dependencies list of pyproject.toml, read as written."""
+    text = (REPO / "pyproject.toml").read_text()
+    found = re.search(rf"^{name} = \[(.*?)\]$", text, re.S | re.M)
+    assert found, f"pyproject.toml: no extra {name}"
+    return [Requirement(r) for r in re.findall(r'"([^"]+)"', found.group(1))]
+
+
+def test_dev_gets_the_newest_kubernetes_client_not_the_sdks_pin() -> None:
+    """`.[dev]` is the `sdk` extra but kubeflow-training, whose kubernetes<36 would hold the
+    developers' client below the one `[cli,kube]` users get (test_install runs the SDK in a
+    venv of its own)."""
+    dev = extra("dev")
+    (own,) = [r for r in dev if r.name == "kubeddp"]
+    assert {"cli", "kube"} <= own.extras and "sdk" not in own.extras
+    assert "kubeflow-training" not in {r.name for r in dev}
+    sdk_but_training = {str(r) for r in extra("sdk") if r.name != "kubeflow-training"}
+    assert sdk_but_training <= {str(r) for r in dev}, "keep dev's copy of the sdk extra in step"

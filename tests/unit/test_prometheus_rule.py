@@ -1,6 +1,7 @@
 """The chart's PrometheusRule (monitoring.prometheusRule.enabled): each alert fires on the
 series kubeddp exports when it should and stays quiet when it should not, checked by
-Prometheus' own rule engine (`promtool test rules`, Debian's `prometheus` package)."""
+Prometheus' own rule engine (`promtool test rules`, Debian's `prometheus` package); the GPU
+alerts over NVIDIA dcgm-exporter's series as it serves them (tests/helpers/dcgm.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import dcgm
 from tests.helpers.chart import chart
 from tests.helpers.metrics import documented_tables, metric_rows
 
@@ -41,26 +43,21 @@ def _alert(pod: str, severity: str, value: str = "", **labels: str) -> dict:
 
 SERIES = [
     # rank 0 progresses every minute; rank 1 stops at minute 4; rank 2 finished at minute 4
+    # (its series ends: a rank's progress is served only while it trains)
     _s("kubeddp_rank_last_progress_timestamp_seconds", POD0, "0+60x40", rank="0"),
     _s("kubeddp_rank_last_progress_timestamp_seconds", POD1, "0+60x4 240x36", rank="1"),
-    _s("kubeddp_rank_last_progress_timestamp_seconds", POD1, "0+60x4 240x36", rank="2"),
-    _s("kubeddp_rank_phase", POD1, "0x40", rank="2", phase="data"),
-    _s("kubeddp_rank_phase", POD1, "0x4 1x36", rank="2", phase="finished"),
-    _s("kubeddp_rank_phase", POD1, "1x40", rank="1", phase="data"),
-    _s("kubeddp_rank_phase", POD1, "0x40", rank="1", phase="finished"),
+    _s("kubeddp_rank_last_progress_timestamp_seconds", POD1, "0+60x4 stale", rank="2"),
     _s("kubeddp_stalls_total", POD0, "0x40"),
     _s("kubeddp_stalls_total", POD1, "0x6 1x34"),
-    # rank 1 is a straggler from minute 10 on
-    _s("kubeddp_straggler", POD0, "0x40", rank="0"),
-    _s("kubeddp_straggler", POD1, "0x10 2.1x30", rank="1"),
-    # rank 0 has a NaN at step 37 from minute 20 on
-    _s("kubeddp_nonfinite_step", POD0, "-1x20 37x20", rank="0"),
-    _s("kubeddp_nonfinite_step", POD1, "-1x40", rank="1"),
+    # rank 1 is a straggler from minute 10 on (no series before: no verdict)
+    _s("kubeddp_straggler_ratio", POD1, "_x11 2.1x30", rank="1"),
+    # rank 0 has a NaN at step 37 from minute 20 on (no series before)
+    _s("kubeddp_nonfinite_step", POD0, "_x21 37x20", rank="0"),
 ]
 PAIR = {"pod_a": POD0, "node_a": "gpu-b", "pod_b": POD1, "node_b": "gpu-c"}
 NETWORK_SERIES = [
     # the check at minute 0 found no slow link; the one after a restart at minute 25 did
-    _s("kubeddp_network_slow_link", POD0, "0x25 6.8x15", **PAIR),
+    _s("kubeddp_network_slow_link_ratio", POD0, "_x26 6.8x15", **PAIR),
 ]
 RESTART_SERIES = [
     # pod 0 restarts at minutes 35 and 50 and never gets past step 100; pod 1 progresses
@@ -69,6 +66,17 @@ RESTART_SERIES = [
     _s("kubeddp_worker_restarts_total", POD1, "0x35 1x35"),
     _s("kubeddp_step", POD1, "0+3x70"),
 ]
+# GPU health: dcgm-exporter's series as it serves them, with the incidents of
+# tests/helpers/dcgm.py (incident_series says what happens to which rank's GPU, and when)
+RANK = dcgm.RANK_LABELS
+GPU_SERIES = dcgm.incident_series()
+
+
+def _gpu_alert(rank: str, severity: str, value: str = "", **labels: str) -> dict:
+    found = {"namespace": NS, "rank": rank, "severity": severity, **RANK[rank], **labels}
+    return {"exp_labels": found, "value": value}
+
+
 CASES = [
     ("KubeddpRankStalled", "3m", []),
     ("KubeddpRankStalled", "12m", [_alert(POD1, "critical", "8m 0s", rank="1")]),
@@ -86,6 +94,18 @@ CASES = [
     ),
     ("KubeddpRestartsWithoutProgress", "30m", []),
     ("KubeddpRestartsWithoutProgress", "65m", [_alert(POD0, "warning")]),
+    ("KubeddpGpuXid", "15m", []),  # another job's GPU: not this job's alert
+    (
+        "KubeddpGpuXid",
+        "21m",
+        [_gpu_alert("3", "critical", "79", err_code="79", err_msg="GPU has fallen off the bus")],
+    ),  # fmt: skip
+    ("KubeddpGpuUncorrectableMemoryError", "25m", []),
+    ("KubeddpGpuUncorrectableMemoryError", "31m", [_gpu_alert("1", "critical")]),
+    ("KubeddpGpuUncorrectableMemoryError", "50m", []),  # none in the last 15 minutes
+    ("KubeddpGpuThrottled", "12m", []),  # a power cap alone does not slow a GPU down
+    ("KubeddpGpuThrottled", "43m", []),  # not yet for 5 minutes
+    ("KubeddpGpuThrottled", "46m", [_gpu_alert("2", "warning", "72")]),
 ]
 
 
@@ -106,7 +126,8 @@ def test_each_alert_fires_on_the_series_kubeddp_exports(tmp_path: Path) -> None:
     spec = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": SERIES + NETWORK_SERIES + RESTART_SERIES,
+        "tests": [{"interval": "1m",
+                   "input_series": SERIES + NETWORK_SERIES + RESTART_SERIES + GPU_SERIES,
                    "alert_rule_test": tests}],
     }  # fmt: skip
     test_file = tmp_path / "test.yaml"
@@ -133,3 +154,5 @@ def test_the_rules_use_only_series_kubeddp_exports() -> None:
     text = yaml.safe_dump(_rule()["spec"])
     used = set(re.findall(r"\b(kubeddp_[a-z_]+)\b", text))
     assert used and used <= exported, used - exported
+    gpu = set(re.findall(r"\b(DCGM_[A-Z0-9_]+)\b", text))  # what dcgm-exporter serves
+    assert gpu and gpu <= dcgm.names() | dcgm.ALIASES, gpu - dcgm.names()

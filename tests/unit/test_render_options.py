@@ -34,7 +34,7 @@ LANDS_ON = {
         ["--image-pull-secret", "a", "--image-pull-secret", "b"],
         {"imagePullSecrets": [{"name": "a"}, {"name": "b"}]},
     ),
-    "--nodes": (["--nodes", "3"], {"nodes": 3}),
+    "--nnodes": (["--nnodes", "3"], {"nodes": 3}),
     "--nproc-per-node": (["--nproc-per-node", "cpu"], {"nprocPerNode": "cpu"}),
     "--gpus-per-node": (["--gpus-per-node", "8"], {"gpusPerNode": 8}),
     "--resources": (
@@ -230,6 +230,19 @@ def test_option_lands_on_its_value(option: str, tmp_path) -> None:
     assert contains(values, expected), values
     if option != "KIND":
         assert option in provenance.values()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "same_as"),
+    [(["--nnodes", "3"], ["--nodes", "3"]), (["--nnodes", "2:5"], ["--elastic", "2:5"]),
+     (["--nodes", "2:5"], ["--elastic", "2:5"])],
+    ids=str,
+)  # fmt: skip
+def test_nnodes_is_torchruns_option_and_nodes_its_old_name(
+    arguments: list[str], same_as: list[str], tmp_path
+) -> None:
+    """`render --nnodes` as `train --nnodes`: N pods, or MIN:MAX for an elastic job."""
+    assert values_for(arguments, tmp_path)[0] == values_for(same_as, tmp_path)[0]
 
 
 def test_every_value_is_set_by_an_option() -> None:

@@ -165,28 +165,82 @@ def test_a_process_for_something_else_is_not_spawning_workers() -> None:
 
 
 LOCAL_RANK = {
-    # a LOCAL_RANK read in a print hid this script, which then trained on device None
+    # A mention of LOCAL_RANK that never reaches the flag's value is no fallback: each of these
+    # scripts runs on device None (or stops) on every rank under torchrun.
     "read in a print only": ("import os\nprint(os.environ.get('LOCAL_RANK'))\n", True),
+    "read in the same print as the flag": (
+        "print(args.local_rank, os.environ['LOCAL_RANK'])\n", True),
+    "exported from the flag": ("os.environ['LOCAL_RANK'] = str(args.local_rank)\n", True),
+    "a condition on it": ("if 'LOCAL_RANK' in os.environ:\n    print('under torchrun')\n",
+                          True),
+    "a string naming it": ("print('set from LOCAL_RANK')\n", True),
+    "another variable from it": ("world = int(os.environ['LOCAL_RANK']) + 1\n", True),
+    # A fallback to the environment: the flag is optional.
     "default from the env": ("", False),
     "falls back in the same line": (
         "local = args.local_rank if args.local_rank is not None else "
         "int(__import__('os').environ['LOCAL_RANK'])\n", False),
+    "falls back with or": ("local = args.local_rank or int(os.getenv('LOCAL_RANK', 0))\n",
+                           False),
+    "the env first, the flag its default": (
+        "local = int(os.environ.get('LOCAL_RANK', args.local_rank))\n", False),
     "assigned from the env": ("import os\nargs.local_rank = int(os.environ['LOCAL_RANK'])\n",
                               False),
+    "the variable it goes to, from the env": (
+        "local = args.local_rank\nif local is None:\n    local = int(os.environ['LOCAL_RANK'])\n",
+        False),
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("flag", ["--local_rank", "--local-rank"])
 @pytest.mark.parametrize("case", LOCAL_RANK)
-def test_local_rank_arg_looks_at_how_the_flag_is_used(case: str) -> None:
+def test_local_rank_arg_looks_at_how_the_flag_is_used(case: str, flag: str) -> None:
     extra, fires = LOCAL_RANK[case]
     default = ", default=int(os.environ['LOCAL_RANK'])" if case == "default from the env" else ""
     source = (
         "import argparse, os\nimport torch.distributed as dist\np = argparse.ArgumentParser()\n"
-        f"p.add_argument('--local_rank', type=int{default})\nargs = p.parse_args()\n{extra}"
+        f"p.add_argument('{flag}', type=int{default})\nargs = p.parse_args()\n{extra}"
         "dist.init_process_group('gloo')\nprint(args.local_rank)\n"
     )
     rules = [f.rule for f in check_source(source)]
     assert ("local-rank-arg" in rules) == fires, rules
+    assert "local-rank-arg" not in [f.rule for f in check_source(source, 1, MACRO_ARGS)]
+
+
+SAVE_LOAD = "import os, torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+SNAPSHOTS = {
+    # resumed from what it overwrites: a kill during the save leaves every retry a half file
+    "the same file": ("if os.path.exists('snap.pt'):\n    torch.load('snap.pt')\n"
+                      "if dist.get_rank() == 0:\n    torch.save({}, 'snap.pt')\n", True),
+    "the same variable": ("PATH = 'model.pt'\nstate = torch.load(PATH)\n"
+                          "if dist.get_rank() == 0:\n    torch.save(state, PATH)\n", True),
+    "named alike, one text unknown": (
+        "def load(snapshot_path):\n    return torch.load(snapshot_path)\n"
+        "PATH = 'snapshot.pt'\nif dist.get_rank() == 0:\n    torch.save({}, PATH)\n", True),
+    # nobody resumes from the file saved
+    "saved once, never loaded": ("if dist.get_rank() == 0:\n    torch.save({}, 'final.pt')\n",
+                                 False),
+    "saved once, another file loaded": (
+        "torch.load('pretrained_ckpt.pt')\nif dist.get_rank() == 0:\n"
+        "    torch.save({}, 'snapshot.pt')\n", False),
+    "a new name each epoch": (
+        "ckpt_path = None\nif ckpt_path is not None:\n    torch.load(ckpt_path)\n"
+        "for epoch in range(3):\n    if dist.get_rank() == 0:\n"
+        "        torch.save({}, '%d.ckpt' % epoch)\n", False),
+    "an f-string name each epoch": (
+        "torch.load(os.environ['RESUME_CKPT'])\nfor e in range(3):\n"
+        "    if dist.get_rank() == 0:\n        torch.save({}, f'ckpt-{e}.pt')\n", False),
+    "written aside, then renamed": (
+        "torch.load('snap.pt')\nif dist.get_rank() == 0:\n    torch.save({}, 'snap.tmp')\n"
+        "    os.replace('snap.tmp', 'snap.pt')\n", False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SNAPSHOTS)
+def test_snapshot_in_place_needs_the_file_it_resumes_from(case: str) -> None:
+    body, fires = SNAPSHOTS[case]
+    rules = [f.rule for f in check_source(SAVE_LOAD + body)]
+    assert ("snapshot-in-place" in rules) == fires, rules
 
 
 def run_check(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -213,9 +267,11 @@ def test_cli_output_severity_line_and_exit_codes(kubeddp) -> None:
     assert re.fullmatch(
         r".*tcp_init\.py:16: advice init-no-timeout: .+; fix: .*timeout.*\n", advice.stdout
     ), advice.stdout
-    several = run_check("--nodes", "2", str(SCRIPTS / "tcp_init.py"))
+    several = run_check("--nnodes", "2", str(SCRIPTS / "tcp_init.py"))
     assert several.returncode == exit_codes.TRAINING_FAILED
     assert ": pitfall tcp-init: " in several.stdout and "127.0.0.1" in several.stdout
+    for same in (["--nodes", "2"], ["--nnodes", "1:2"]):  # the old name; torchrun's MIN:MAX
+        assert run_check(*same, str(SCRIPTS / "tcp_init.py")).stdout == several.stdout
     clean = run_check(str(SCRIPTS / "spawn_multigpu.py"))
     assert (clean.returncode, clean.stdout) == (0, ""), clean.stderr
     passed = run_check(str(SCRIPTS / "launch_era.py"), "--", "--local_rank=${local_rank}")

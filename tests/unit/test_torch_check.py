@@ -1,5 +1,6 @@
-"""`kubeddp launch`/`train` refuse a torch outside the range pyproject.toml declares: one line
-naming the range, exit 2. The range comes from the installed distribution's metadata."""
+"""`kubeddp launch`/`train` refuse a torch older than pyproject.toml's lower bound (one line
+naming the range, exit 2; the range comes from the installed distribution's metadata) and
+launch on a torch newer than any tested with one line saying so."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 
 from kubeddp.trainer.launcher import torch_check
 from kubeddp.trainer.launcher.torch_check import (
+    NEWEST_TESTED_TORCH,
     declared_torch_spec,
     fallback_contains,
+    newer_than_tested,
     spec_contains,
     torch_version_problem,
 )
@@ -74,6 +77,7 @@ def test_the_problem_is_one_line_naming_the_range() -> None:
     assert "torch 2.3.1" in problem and f"torch{RANGE}" in problem
     assert "KUBEDDP_SKIP_TORCH_CHECK=1" in problem
     assert torch_version_problem("2.13.0+cpu", RANGE) is None
+    assert torch_version_problem("2.99.0", ">=2.4.1") is None, "no upper bound: no refusal"
     assert torch_version_problem("2.3.1", None) is None, "no declared range: no check"
     assert torch_version_problem(None, RANGE) is None
 
@@ -113,6 +117,27 @@ def _launch_with_torch_metadata(tmp_path: Path, version: str, **env: str) -> tup
     return done.returncode, done.stderr
 
 
+# (installed torch, newer than the newest tested 2.15.0?)
+NEWER = [
+    ("2.15.0", False),
+    ("2.15.3+cu130", False),  # a patch release of the tested minor
+    ("2.14.1", False),
+    ("2.4.1", False),
+    ("2.16.0", True),
+    ("2.16.0a0+git1234", True),  # a nightly of the next minor
+    ("3.0.0", True),
+    ("unknown", False),
+]
+
+
+@pytest.mark.parametrize(("installed", "newer"), NEWER)
+def test_a_torch_newer_than_tested_is_named_in_one_line(installed: str, newer: bool) -> None:
+    note = newer_than_tested(installed, "2.15.0")
+    assert (note is not None) is newer
+    if note:
+        assert "\n" not in note and f"torch {installed}" in note and "2.15.0" in note
+
+
 def test_launch_refuses_an_old_torch_in_one_line(tmp_path: Path) -> None:
     code, stderr = _launch_with_torch_metadata(tmp_path, "2.3.1")
     spec = declared_torch_spec(metadata.requires("kubeddp"))
@@ -121,6 +146,17 @@ def test_launch_refuses_an_old_torch_in_one_line(tmp_path: Path) -> None:
         f"kubeddp launch: error: torch 2.3.1 is installed, but kubeddp supports torch{spec}; "
         "install a torch in that range (set KUBEDDP_SKIP_TORCH_CHECK=1 to launch anyway)"
     ]
+
+
+def test_launch_goes_on_with_a_newer_torch_after_one_line(tmp_path: Path) -> None:
+    code, stderr = _launch_with_torch_metadata(tmp_path, "2.99.0")
+    assert code == 0, stderr
+    (note,) = [line for line in stderr.splitlines() if "2.99.0" in line]
+    assert note == (
+        "kubeddp launch: note: torch 2.99.0 is newer than any kubeddp was tested with (the "
+        f"newest: {NEWEST_TESTED_TORCH}); launching anyway: a problem it causes is worth a "
+        "report naming both versions"
+    )
 
 
 def test_the_check_can_be_skipped(tmp_path: Path) -> None:

@@ -4,8 +4,6 @@ answer checks of the Kubernetes client."""
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,8 @@ from kubeddp.tools.manifests.kinds import KINDS
 from kubeddp.tools.manifests.resources import POD
 from kubeddp.trainer.launcher.program_options import ProgramError, program_from_options
 from kubeddp.trainer.launcher.user_input import host_problem, rdzv_conf_problem
-from kubeddp.trainer.worker.metrics import readable_files, recorded_restarts
+from kubeddp.trainer.launcher.worker_metrics import UserMetricsCollector, WorkerMetricsCollector
+from kubeddp.trainer.process_contract import WORKER_METRICS_SUFFIX
 
 GOOD_HOSTS = ("localhost", "demo-master-0", "tj-node-0-0.tj", "10.0.0.1", "fd00::1", "[fd00::1]",
               "a_b.example.com", "node0.")  # fmt: skip
@@ -81,12 +80,15 @@ def test_the_checked_arguments() -> None:
 
 
 def test_metrics_files_still_being_written_are_skipped(tmp_path: Path) -> None:
+    """A user program's prometheus_client file being created or cut short, and a kubeddp
+    worker file that is not (yet) a record, cost that scrape nothing but themselves."""
     (tmp_path / "counter_1.db").write_bytes(b"")  # created, not yet grown
     (tmp_path / "counter_2.db").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00\x01")  # cut short
     (tmp_path / "gauge_mostrecent_3.db").write_bytes(b"\x00\x00")
-    files = glob.glob(os.path.join(tmp_path, "*.db"))
-    assert readable_files(files) == []
-    assert recorded_restarts(str(tmp_path)) == 0.0
+    (tmp_path / f"worker-0-1-ab{WORKER_METRICS_SUFFIX}").write_text('{"rank": 0')  # not JSON
+    (tmp_path / f"worker-1-1-ab{WORKER_METRICS_SUFFIX}").write_text('{"version": 99}')
+    assert list(UserMetricsCollector(str(tmp_path)).collect()) == []
+    assert list(WorkerMetricsCollector(str(tmp_path)).collect()) == []
 
 
 PYTORCHJOB = KINDS["pytorchjob"].resource

@@ -125,14 +125,16 @@ def test_torchrun_gives_the_program_its_arguments_exactly() -> None:
 
 def test_module_form_and_launch_options_stay_launchs(kubeddp, programs: Path) -> None:
     done = kubeddp(
-        "launch", "--dry-run", "--module", "mypkg.train", "--set", "metrics.port=0",
-        "--set", "checkpoint.preempt_grace_seconds=5", "--", "--config", "mine.yaml",
-        cwd=programs,
+        "launch", "--dry-run", "--set", "metrics.port=0", "--set",
+        "checkpoint.preempt_grace_seconds=5", "--module", "mypkg.train", "--config", "mine.yaml",
+        "--set", "x=1", cwd=programs,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)["argv"]
-    # --config after -- is the program's own option, not launch's config file
-    assert argv[-5:] == [RUNNER_MODULE, "module", "mypkg.train", "--config", "mine.yaml"]
+    # --config and --set after the module are the program's own options, not launch's
+    assert argv[-7:] == [
+        RUNNER_MODULE, "module", "mypkg.train", "--config", "mine.yaml", "--set", "x=1"
+    ]  # fmt: skip
 
 
 def test_a_module_in_directories_without_init_is_found(kubeddp, programs: Path) -> None:
@@ -166,16 +168,12 @@ BAD_INPUT = {
         ["--module", "no_such_pkg.train"],
         ["--module no_such_pkg.train: cannot import it (ModuleNotFoundError"],
     ),
-    "script and module": (
-        ["--script", "show.py", "--module", "mypkg"],
-        ["--script show.py and --module mypkg are both given"],
-    ),
     "built-in trainer setting": (
-        ["--script", "show.py", "--set", "train.lr=0.1"],
-        ["--set train.lr=0.1 configures the built-in trainer", "after --"],
+        ["--set", "train.lr=0.1", "--script", "show.py"],
+        ["--set train.lr=0.1 configures the built-in trainer", "after the program"],
     ),
     "checkpoint setting of the built-in trainer": (
-        ["--module", "mypkg", "--set", "checkpoint.dir=/x"],
+        ["--set", "checkpoint.dir=/x", "--module", "mypkg"],
         ["--set checkpoint.dir=/x configures the built-in trainer, which --module replaces"],
     ),
 }

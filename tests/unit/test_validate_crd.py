@@ -83,7 +83,7 @@ OPTION_SETS = [
         "{podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution:"
         " [{weight: 1, podAffinityTerm: {topologyKey: kubernetes.io/hostname}}]}}",
     ],
-    ["--nodes", "3", "--set", "train.max_steps=3", "--nproc-per-node", "2"],
+    ["--nodes", "3", "--set", "train.max_steps=3", "--nproc-per-node", "2", "--time-limit", "12h"],
     [  # what only the chart had before render rendered the chart
         "--image-pull-secret", "regcred", "--pod-label", "team=ml", "--pod-annotation", "a=b",
         "--extra-env", "[{name: TOKEN, valueFrom: {secretKeyRef: {name: s, key: k}}}]",

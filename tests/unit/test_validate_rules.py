@@ -235,6 +235,28 @@ def test_validate_reads_files_and_names_them(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"{path}: PyTorchJob/X: metadata.name")
 
 
+@pytest.mark.parametrize(
+    "files", [["FILE"], ["-f", "FILE"], ["--filename", "FILE"], ["FILE", "-f", "FILE"]], ids=str
+)
+def test_validate_takes_files_as_submit_does(files, tmp_path, capsys):
+    """`validate -f FILE` as `submit -f FILE` (and kubectl); positional files too."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(mutate(pytorchjob(), _set(["metadata", "name"], "X"))))
+    argv = [str(path) if word == "FILE" else word for word in files]
+    assert main(["validate", *argv, "--validate-against", "offline"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == files.count("FILE") and out[0].startswith(f"{path}: PyTorchJob/X: ")
+
+
+def test_validate_without_a_file_says_how_to_name_one(capsys):
+    assert main(["validate", "--validate-against", "offline"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "kubeddp validate: error: no file given; name the manifests: kubeddp validate "
+        "FILE... or -f FILE (- reads stdin)"
+    )
+
+
 def test_not_yaml_is_one_line_exit_2(tmp_path, capsys):
     path = tmp_path / "broken.yaml"
     path.write_text("a: [1,\n")

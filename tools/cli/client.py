@@ -43,7 +43,7 @@ def _spawn_refusal(args: Any) -> str | None:
         return None
     from kubeddp.trainer.launcher.program_options import script_spawn_refusal
 
-    nodes = getattr(args, "elastic", None) or getattr(args, "nodes", None)
+    nodes = getattr(args, "elastic", None) or getattr(args, "nnodes", None)
     return script_spawn_refusal(args.script, nodes, getattr(args, "spawns_workers", None))
 
 
@@ -181,22 +181,23 @@ class Client:
 
     def render(
         self,
-        kind: str,
+        kind: str | None = None,
         *,
         validate_against: str = "auto",
         program_args: list[str] | None = None,
         **options: Any,
     ) -> Manifests:
         """`kubeddp render KIND --option ...`: the job's objects, validated. `options`: those
-        of `kubeddp render --help`, named as in Python (tools/cli/render_call.py)."""
+        of `kubeddp render --help`, named as in Python (tools/cli/render_call.py). No `kind`:
+        an Indexed Job (render reads no cluster), said first on `say`."""
         with failing_as("render"):
             docs = self._rendered("render", kind, options, program_args, validate_against)
             script = options.get("script")
             if script:  # when the image's script is here too: its pitfalls
                 from kubeddp.trainer.script_check.checks import warnings_for
 
-                nodes = options.get("elastic") or options.get("nodes") or 1
-                for line in warnings_for(script, nodes, program_args or []):
+                nodes = options.get("elastic") or options.get("nnodes") or options.get("nodes")
+                for line in warnings_for(script, nodes or 1, program_args or []):
                     self.say(f"kubeddp render: warning: {line}")
             return Manifests(docs)
 
@@ -214,7 +215,7 @@ class Client:
         from kubeddp.tools.manifests.validate import validate_documents
 
         notes: list[str] = []
-        args = render_args(kind, options, program_args)
+        args = render_args(self._kind_for(command, kind), options, program_args)
         refusal = _spawn_refusal(args)
         if refusal:  # what launch would refuse in every pod, refused before the job exists
             raise KubeddpError(refusal, exit_codes.BAD_INPUT, command)
@@ -231,6 +232,28 @@ class Client:
             for line in zone_lines(docs, None):
                 self.say(f"kubeddp {command}: {line}")
         return docs
+
+    def _kind_for(self, command: str, kind: str | None) -> str:
+        """The kind given, else render's offline kind or, for submit, the kind the cluster
+        serves (its API discovery, by the chart's `kind: auto` rule); said in the first line."""
+        from kubeddp.tools.manifests.kinds import AUTO_ORDER, KINDS, OFFLINE_KIND
+
+        if kind is not None:
+            return kind
+        if command == "render":
+            others = " or ".join(name for name in AUTO_ORDER if name != OFFLINE_KIND)
+            offline = KINDS[OFFLINE_KIND].chart_kind
+            self.say(
+                f"kubeddp render: note: no KIND given: rendering an {offline} (needs no "
+                f"operator; render reads no cluster); name {others} for an operator's kind, or "
+                "let `kubeddp submit` pick the kind the cluster serves"
+            )
+            return OFFLINE_KIND
+        from kubeddp.tools.cluster.api_discovery import discovered_kind
+
+        picked, why = discovered_kind(self.cluster())
+        self.say(f"kubeddp {command}: kind {picked.name}: {why} (name a KIND to choose)")
+        return picked.name
 
     @staticmethod
     def _refuse_problems(command: str, problems: list[Any]) -> None:
@@ -277,10 +300,10 @@ class Client:
         program_args: list[str] | None = None,
         **options: Any,
     ) -> list[str]:
-        """`kubeddp submit`: validate, then create the objects of a rendered job (KIND with
-        render options), of a manifest file (`filename`, - = stdin) or of `manifests`. A line
-        for each object created (with dry_run="client": nothing is sent, the YAML is the one
-        line)."""
+        """`kubeddp submit`: validate, then create the objects of a rendered job (render
+        options, with KIND or else the kind the cluster serves), of a manifest file
+        (`filename`, - = stdin) or of `manifests`. A line for each object created (with
+        dry_run="client": nothing is created, the YAML is the one line)."""
         done: list[str] = []
         with failing_as("submit", done):
             docs = self._to_submit(
@@ -314,15 +337,13 @@ class Client:
         from kubeddp.tools.manifests.validate import load_documents, validate_documents
 
         given = [what for what in (kind, filename, manifests) if what is not None]
-        if len(given) != 1:
+        if len(given) > 1:
             raise KubeddpError(
-                "give either -f FILE or KIND with render options, not both"
-                if given
-                else "nothing to submit; give -f FILE or KIND (e.g. pytorchjob)",
+                "give either -f FILE or KIND with render options, not both",
                 exit_codes.BAD_INPUT,
                 "submit",
             )
-        if kind is not None:
+        if filename is None and manifests is None:  # render options, KIND or the cluster's
             return self._rendered("submit", kind, options, program_args, against)
         if filename is not None:
             ((name, text),) = read_files([filename])

@@ -21,13 +21,10 @@ def commands(root: argparse.ArgumentParser) -> dict[str, list[str]]:
     """command -> its options, from the CLI's parser `root` (train and launch have their own
     parsers). The CLI passes its parser in: this module does not import the CLI."""
     from kubeddp.trainer.launcher.launch import launch_parser, train_parser
-    from kubeddp.trainer.launcher.torchrun_cli import torchrun_option_strings
 
     sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
     found = {name: _options(parser) for name, parser in sub.choices.items()}
-    # torchrun's options from its source: importing torch would slow every shell's start
-    own = _options(train_parser(torchrun_options=False))
-    found["train"] = sorted({*own, *torchrun_option_strings()})
+    found["train"] = _options(train_parser())  # torchrun's flags from kubeddp's table: no torch
     found["launch"] = _options(launch_parser())
     found["completion"] = ["--help", "-h"]
     return dict(sorted(found.items()))

@@ -129,13 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(handler=cmd_render)
 
     validate = sub.add_parser("validate", help="check manifest files (schema + operator rules)")
-    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML/JSON files, - = stdin")
+    validate.add_argument("files", nargs="*", metavar="FILE", help="YAML/JSON files, - = stdin")
+    validate.add_argument(
+        "-f",
+        "--filename",
+        dest="filenames",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file to check, as submit -f and kubectl take it (repeatable)",
+    )
     _add_schema_source(validate)
     _add_cluster_options(validate, with_namespace=False)
     validate.set_defaults(handler=cmd_validate)
 
     submit = sub.add_parser("submit", help="validate and create a job (a file or render options)")
-    add_render_options(submit, kind_required=False)
+    add_render_options(submit)
     submit.add_argument("-f", "--filename", help="submit this manifest file (- = stdin)")
     submit.add_argument("--dry-run", choices=("none", "client", "server"), default="none")
     _add_schema_source(submit)
@@ -194,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_check(argv: list[str]) -> int:
-    """`kubeddp check [--nodes N] SCRIPT [-- ARGS]`: every finding, one line each (file:line:
+    """`kubeddp check [--nnodes N] SCRIPT [-- ARGS]`: every finding, one line each (file:line:
     pitfall|advice rule: what; fix); 0 no pitfall (advice is shown), 1 pitfalls, 2 a script
     that cannot be read."""
     from kubeddp.trainer.script_check.checks import ScriptCheckError, check_file, pitfalls
@@ -210,16 +219,26 @@ def cmd_check(argv: list[str]) -> int:
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python file to check")
     parser.add_argument(
-        "--nodes", type=number(int, 1), default=1, help="nodes the job runs on (default 1)"
+        "--nnodes",
+        "--nodes",
+        type=nodes_count,
+        default=1,
+        metavar="N|MIN:MAX",
+        help="nodes the job runs on, as torchrun's --nnodes (default 1)",
     )
     args = parser.parse_args(own)
     try:
-        findings = check_file(args.script, args.nodes, program_args)
+        findings = check_file(args.script, args.nnodes, program_args)
     except ScriptCheckError as exc:
         return _fail("check", str(exc))
     for finding in findings:
         print(finding.shown(args.script))
     return exit_codes.TRAINING_FAILED if pitfalls(findings) else exit_codes.OK
+
+
+def nodes_count(text: str) -> int:
+    """An argparse type for --nnodes: N, or MIN:MAX (the most nodes the job may run on)."""
+    return int(number(int, 1)(text.rsplit(":", 1)[-1] if text.count(":") == 1 else text))
 
 
 def _add_schema_source(parser: argparse.ArgumentParser) -> None:
@@ -265,10 +284,17 @@ def _client(args: argparse.Namespace):  # noqa: ANN202 - tools.client.Client, im
 
 
 def _render_options(args: argparse.Namespace) -> dict:
-    """The render options given on the command line, as kubeddp.client takes them."""
-    from kubeddp.tools.cli.render_call import OPTIONS
+    """The render options given on the command line, as kubeddp.client takes them (an option
+    given by its old name under that keyword, so that its errors name it as given)."""
+    from kubeddp.tools.cli.render_call import ALIASES, OPTIONS
 
-    return {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
+    spelled = getattr(args, "spelled", None) or {}
+    keyword = {name: spelled[name].lstrip("-").replace("-", "_") for name in spelled}
+    return {
+        keyword[name] if keyword.get(name) in ALIASES else name: getattr(args, name)
+        for name in OPTIONS
+        if getattr(args, name) is not None
+    }
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -292,7 +318,11 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Exit 0: valid; 1: problems found (printed on stdout); 2: a file that cannot be read
     or is not YAML objects; 3: --validate-against cluster and the cluster cannot be used."""
-    checked = _client(args).validate(*args.files, validate_against=args.validate_against)
+    files = [*args.files, *args.filenames]
+    if not files:
+        return _fail("validate", "no file given; name the manifests: kubeddp validate FILE... "
+                     "or -f FILE (- reads stdin)")  # fmt: skip
+    checked = _client(args).validate(*files, validate_against=args.validate_against)
     for problem in checked.problems:
         print(problem)
     if checked.problems:

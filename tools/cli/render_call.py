@@ -14,12 +14,19 @@ import argparse
 import json
 from typing import Any
 
-from kubeddp.tools.manifests.chart.render_options import dest, takes_seconds, whole_seconds
+from kubeddp.tools.manifests.chart.render_options import (
+    SPELLED,
+    dest,
+    takes_seconds,
+    whole_seconds,
+)
 from kubeddp.tools.manifests.chart.value_types import Flag, OptionError
 from kubeddp.tools.manifests.chart.values import FLAGS
 from kubeddp.tools.manifests.kinds import KINDS
 
 OPTIONS = {dest(flag): flag for flag, _ in FLAGS if flag.read not in ("kind", "program-args")}
+# Keywords of options since renamed to torchrun's names (`--nodes` is `--nnodes`): still taken.
+ALIASES = {"nodes": "nnodes"}
 
 
 def _text(value: Any) -> str:
@@ -67,11 +74,17 @@ def render_args(
     args = argparse.Namespace(kind=kind, program_args=program_args)
     for name in OPTIONS:
         setattr(args, name, None)
-    for name, value in options.items():
+    twice = [alias for alias, name in ALIASES.items() if alias in options and name in options]
+    if twice:
+        raise OptionError(f"{twice[0]} and {ALIASES[twice[0]]} are one option; give one of them")
+    for given, value in options.items():
+        name = ALIASES.get(given, given)
+        if given in ALIASES:  # errors name the option as given: --nodes
+            setattr(args, SPELLED, {**getattr(args, SPELLED, {}), name: "--" + given})
         flag = OPTIONS.get(name)
         if flag is None:
             raise OptionError(
-                f"{name!r} is not a render option; the options are those of kubeddp render "
+                f"{given!r} is not a render option; the options are those of kubeddp render "
                 "--help, named with _ (e.g. gpus_per_node)"
             )
         if value is None:

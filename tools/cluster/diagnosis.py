@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 LOG_TAIL = 400
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z (.*)$")
 _STEP = re.compile(r"^step\s+(\d+)/(\d+) \|")
-_STRAGGLER = re.compile(r"\[kubeddp\] straggler: rank (\d+) \(pod ([^,)]+)[^)]*\) works ([\d.]+)x")
+_STRAGGLER = re.compile(
+    r"\[kubeddp\] straggler: rank (\d+) \(pod ([^,)]+)[^)]*?(, GPU [\w-]+)?\) works ([\d.]+)x"
+)
 _NOT_STRAGGLER = re.compile(r"\[kubeddp\] rank (\d+) is no longer a straggler")
 _NONFINITE = re.compile(r"\[kubeddp\] (non-finite .* on rank \d+[^:]*)")
 
@@ -38,7 +40,7 @@ class PodHealth:
     step: str = ""  # "120/500" from the progress lines (rank 0's pod)
     last_line_at: str = ""  # the API server's timestamp of the pod's latest log line
     stall: str = ""  # the stall line (log or termination message)
-    stragglers: dict[str, str] = field(default_factory=dict)  # pod -> "rank 5 (2.1x)"
+    stragglers: dict[str, str] = field(default_factory=dict)  # pod -> "rank 5 (2.1x, GPU G)"
     nonfinite: str = ""
     ranks: str = ""  # the launch's latest progress line: each local rank's step and phase
     ranks_at: str = ""
@@ -59,8 +61,8 @@ def read_log(text: str) -> PodHealth:
             health.ranks_at = stamped.group(1) + "Z" if stamped else ""
         elif line.startswith(STALL_LINE) and ("has been in" in line or "no progress" in line):
             health.stall = line[len(STALL_LINE) :]
-        elif m := _STRAGGLER.search(line):
-            health.stragglers[m.group(2)] = f"rank {m.group(1)} ({m.group(3)}x)"
+        elif m := _STRAGGLER.search(line):  # the GPU: the label its health panels know it by
+            health.stragglers[m.group(2)] = f"rank {m.group(1)} ({m.group(4)}x{m.group(3) or ''})"
         elif m := _NOT_STRAGGLER.search(line):
             health.stragglers = {
                 p: v for p, v in health.stragglers.items() if not v.startswith(f"rank {m[1]} ")

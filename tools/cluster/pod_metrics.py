@@ -175,10 +175,8 @@ def _pod_network_line(metrics: PodMetrics) -> str | None:
         if name == "kubeddp_network_slowest_link_bandwidth_bytes_per_second":
             pair = f"{labels.get('pod_a')} ({labels.get('node_a')}) <-> {labels.get('pod_b')} "
             pair += f"({labels.get('node_b')})"
-            slow = metrics.values("kubeddp_network_slow_link")
-            verdict = (
-                f", {slow[0]:.1f}x below the median (slow link)" if slow and slow[0] > 0 else ""
-            )
+            slow = metrics.values("kubeddp_network_slow_link_ratio")  # only while it is slow
+            verdict = f", {slow[0]:.1f}x below the median (slow link)" if slow else ""
             parts.append(f"slowest node pair {pair} {rate(value)}{verdict}")
     return "network: " + "; ".join(parts) if parts else None
 

@@ -28,7 +28,7 @@ from kubeddp.tools.manifests.chart import fabric
 from kubeddp.tools.manifests.chart import values as CV
 from kubeddp.tools.manifests.chart.kind_notes import section_doc, value_doc
 from kubeddp.tools.manifests.chart.value_types import VOLUME_SOURCES, Value
-from kubeddp.tools.manifests.kinds import KINDS, MAX_JOB_NAME_LENGTH, JobKind
+from kubeddp.tools.manifests.kinds import AUTO, AUTO_ORDER, KINDS, MAX_JOB_NAME_LENGTH, JobKind
 from kubeddp.tools.manifests.patterns import DNS1035, QUANTITY, QUANTITY_FACTORS
 from kubeddp.tools.manifests.resources import POD_MONITOR
 from kubeddp.tools.manifests.schema_checks import KUBERNETES_SCHEMA_VERSION
@@ -250,6 +250,7 @@ def _kind_constants(kind: JobKind) -> dict[str, Any]:
     return {
         "apiVersion": kind.resource.api_version,
         "resourceKind": kind.resource.kind,
+        "apiKey": kind.resource.key,  # as Helm's .Capabilities.APIVersions names it
         "container": kind.container,
         "jobNameLabel": kind.job_name_label,
         "podTargetLabels": [kind.job_name_label, *kind.index_labels],
@@ -333,6 +334,9 @@ def chart_constants() -> dict[str, Any]:
         # network.fabric's profiles (tools/manifests/chart/fabric.py, templates/_network.tpl)
         "fabric": fabric.constants_for_chart(),
         "kinds": {kind.chart_kind: _kind_constants(kind) for kind in KINDS.values()},
+        # kind auto: the first whose API the cluster serves, else the last (templates/_kind.tpl)
+        "autoKind": AUTO,
+        "autoKinds": [KINDS[name].chart_kind for name in AUTO_ORDER],
     }
 
 

@@ -96,6 +96,10 @@ IMAGE_DIGEST = Pattern(
 )
 RDZV_ID = Pattern(r"^[-._a-zA-Z0-9]*$", "a rendezvous id (letters, digits and '-._')")
 DURATION = Pattern(r"^(([0-9]+(ms|s|m|h))+)?$", "a Prometheus duration (e.g. 15s, 1m)")
+# Whole seconds, or hours, minutes and seconds in that order (Go's units, as kubectl takes them)
+TIME_LIMIT = Pattern(
+    r"^([0-9]+|([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", "a duration such as 90m, 12h or 1h30m"
+)
 
 
 # An absolute path without a trailing '/', '.' or '..' parts (RE2: no look-ahead).

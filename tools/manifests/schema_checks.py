@@ -339,7 +339,24 @@ def crd_issues(doc: dict, openapi_v3_schema: dict) -> list[Issue]:
         validator = jsonschema.Draft7Validator(strict_crd_schema(openapi_v3_schema))
         _validators[id(openapi_v3_schema)] = (openapi_v3_schema, validator)
     validator = _validators[id(openapi_v3_schema)][1]
-    return [
-        (join_path(list(error.absolute_path)), error.message)
-        for error in sorted(validator.iter_errors(doc), key=lambda e: str(e.absolute_path))
-    ]
+    issues: list[Issue] = []
+    for error in sorted(validator.iter_errors(doc), key=lambda e: str(e.absolute_path)):
+        path = list(error.absolute_path)
+        unknown = _unknown_fields(error)
+        if unknown is None:
+            issues.append((join_path(path), error.message))
+            continue
+        known = ", ".join(sorted(error.schema.get("properties", {})))
+        issues += [
+            (join_path([*path, key]), f"unknown field (known here: {known})") for key in unknown
+        ]
+    return issues
+
+
+def _unknown_fields(error: Any) -> list[str] | None:
+    """The keys an `additionalProperties: false` error is about (named in the path, as the SDK
+    check names them); None for any other error."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return None
+    known = error.schema.get("properties", {})
+    return sorted(key for key in error.instance if key not in known) or None

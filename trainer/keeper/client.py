@@ -1,10 +1,11 @@
 """A pod's client of the checkpoint keeper: signed requests over kept-alive connections, files
-moved as blocks in parallel, every block checked against its digest.
+moved in parallel as blocks, every block checked against its digest.
 
 A fetched block is hashed as it arrives and written in place; the file counts as fetched only
 when every block matched the digest the (signed) listing gave, so a cut connection or a
 changed file never passes for the file. A sent block goes with sendfile(2) and is checked by the
-keeper on arrival; an upload is committed whole or not at all (keeper/uploads.py).
+keeper on arrival; an upload is committed whole or not at all (keeper/uploads.py). Each way, a
+file's blocks go in order on one connection and files go in parallel.
 """
 
 from __future__ import annotations
@@ -284,8 +285,9 @@ class KeeperClient:
 
     def _fetch_file(self, item: Fetch, fd: int) -> None:
         """A file's blocks in order, on one connection; files in parallel. Several threads
-        writing one new file contend in the kernel for its lock and page cache: a 1 GiB fetch
-        cost the pod 2.6 CPU-s/GiB with 4 streams into the file and 0.5 with one."""
+        writing one new file contend in the kernel for its lock and page cache (measured on a
+        2-core VM: a 1 GiB push cost the keeper 0.85-1.0 CPU-s/GiB with 4 streams into the
+        file and 0.7-0.8 with one; docs/checkpoints.md has the fetch's figures)."""
         for block in range(len(item.entry.digest.blocks)):
             self._fetch_block(item, block, fd)
 
@@ -361,14 +363,15 @@ class KeeperClient:
             self.request("DELETE", f"{API}/txn/{txn}")
 
     def _send_blocks(self, txn: str, upload: Upload, sources: dict[str, Path]) -> None:
+        """A file's blocks in order, on one connection; files in parallel (as a fetch)."""
+
+        def send_file(file_no: int, rel: str) -> None:
+            entry = upload.files[rel]
+            for block in range(len(entry.digest.blocks)):
+                self._send_block(txn, file_no, entry, block, sources[rel])
+
         self._in_parallel(
-            (
-                lambda n=file_no, r=rel, b=block: self._send_block(
-                    txn, n, upload.files[r], b, sources[r]
-                )
-            )  # fmt: skip
-            for file_no, rel in enumerate(upload.order)
-            for block in range(len(upload.files[rel].digest.blocks))
+            (lambda n=file_no, r=rel: send_file(n, r)) for file_no, rel in enumerate(upload.order)
         )
 
     def _send_block(

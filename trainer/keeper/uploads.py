@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 from kubeddp.trainer.checkpoint_digest import DigestError, read_marker
 from kubeddp.trainer.fault_points import reached
-from kubeddp.trainer.keeper.blocks import receive_block, start_writeback
+from kubeddp.trainer.keeper.blocks import receive_block
 from kubeddp.trainer.keeper.protocol import MARKER, Upload
 from kubeddp.trainer.keeper.store import (
     Store,
@@ -150,13 +150,14 @@ class Uploads:
             staged.receiving.add((file_no, block_no))
         try:
             fd = staged.fds[file_no]
-            got = receive_block(body.readinto, fd, offset, size, digest.algorithm)
+            # not kept in the page cache: the keeper's memory is small and the next read of a
+            # checkpoint is a pod's fetch, minutes away (blocks.py)
+            got = receive_block(body.readinto, fd, offset, size, digest.algorithm, False)
             if got != digest.blocks[block_no]:
                 raise StoreError(422, f"block {block_no} of {staged.upload.order[file_no]} "
                                  "differs from its digest; send it again")  # fmt: skip
             with self.lock:
                 staged.received[file_no].add(block_no)
-            start_writeback(fd, offset, size)
         except OSError as exc:
             if isinstance(exc, (TimeoutError, ConnectionError)):
                 raise

@@ -21,6 +21,11 @@ def error(message: object) -> str:
     return f"{current()}: error: {message}"
 
 
+def note(message: object) -> str:
+    """`kubeddp train: note: ...`: said once, launch goes on."""
+    return f"{current()}: note: {message}"
+
+
 @contextmanager
 def running(name: str) -> Iterator[None]:
     """Errors say `name` while the block runs (launch may run in a test's process)."""

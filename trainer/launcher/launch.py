@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.arguments import OneLineErrorParser, number
+from kubeddp.trainer.common import installed_torch_version
 from kubeddp.trainer.config import ConfigError, add_config_options
-from kubeddp.trainer.launcher import command_name, end_signals, scratch, torchrun_cli
+from kubeddp.trainer.launcher import command_name, end_signals, scratch, torch_check, torchrun_cli
 from kubeddp.trainer.launcher.launch_plan import (
     MAX_RDZV_WAIT_SECONDS,
     dry_run,
@@ -27,17 +28,9 @@ from kubeddp.trainer.launcher.launch_plan import (
 from kubeddp.trainer.launcher.pod import run_launch
 from kubeddp.trainer.launcher.program_options import ProgramError, add_program_options
 from kubeddp.trainer.launcher.rendezvous import RendezvousError
-from kubeddp.trainer.launcher.torch_check import installed_torch_problem
 from kubeddp.trainer.launcher.torchrun_cli import spellings
 
 MAX_RESTARTS = 10_000
-
-
-def _split_worker_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    return argv, []
 
 
 def _log(msg: str) -> None:
@@ -70,28 +63,49 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def launch_parser() -> argparse.ArgumentParser:
-    p = OneLineErrorParser(
-        prog="kubeddp launch",
-        description="Start DDP training from whatever launched this process (torchrun, "
-        "PyTorchJob, elastic PyTorchJob, TrainJob, Indexed Job, plain env, or nothing). "
-        "Without --script/--module the built-in trainer runs, and --config/--set may also "
-        "follow -- (as the manifests pass them); with one, everything after -- goes to that "
-        "program.",
-    )
+LAUNCH_DESCRIPTION = (
+    "Start DDP training from whatever launched this process (torchrun, PyTorchJob, elastic "
+    "PyTorchJob, TrainJob, Indexed Job, plain env, or nothing). Without a program the built-in "
+    "trainer runs, and --config/--set may also follow -- (as the manifests pass them); with "
+    "--script/--module (or torchrun's PATH form) everything after the program is the "
+    "program's. torchrun's flags are taken as `kubeddp train` takes them."
+)
+TRAIN_DESCRIPTION = (
+    "train on this machine (or, with --nnodes, on several hosts); with --script/--module your "
+    "own program runs, and everything after it is the program's, as with torchrun. torchrun's "
+    "form works as well: kubeddp train [torchrun flags] train.py ARGS (or -m MODULE ARGS)"
+)
+
+
+def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """`kubeddp launch`'s and `kubeddp train`'s options: the same, under torchrun's names where
+    torchrun has the option (torchrun's other flags from the table in torchrun_flags.py: no
+    torch import, so --help is quick)."""
+    p = OneLineErrorParser(prog=prog, description=description)
     p.add_argument(
-        "--nproc-per-node",
+        *("--nproc-per-node", "--nproc", "--nproc_per_node"),
+        dest="nproc_per_node",
         default=None,
-        help="workers on this node: N, auto, gpu or cpu (default: from the env, "
-        "else one per visible GPU, else $KUBEDDP_CPU_NPROC or 1)",
+        metavar="N",
+        help="workers on this node: N, auto, gpu or cpu (default: from the env, else one per "
+        "visible GPU, else $KUBEDDP_CPU_NPROC or 1)",
     )
     p.add_argument(
-        "--max-restarts",
+        *spellings("--max-restarts"),
         type=number(int, 0, high=MAX_RESTARTS),
         default=None,
-        help="torchrun's restarts of this pod's worker group before the pod fails (in the "
-        "pod; the operator's retries of the pod come after, and launch's own budget "
+        help="torchrun's restarts of this node's worker group before it fails (in a pod: the "
+        "operator's retries of the pod come after, and launch's own budget "
         "retries.without_progress bounds those)",
+    )
+    p.add_argument(
+        "--standalone", action="store_true", help="one node, local rendezvous (the default)"
+    )
+    p.add_argument(
+        *spellings("--rdzv-backend"),
+        choices=torchrun_cli.RDZV_BACKENDS,
+        default=None,
+        help="static with --master-addr, c10d with --rdzv-endpoint (chosen from those)",
     )
     p.add_argument(
         "--rdzv-wait",
@@ -104,7 +118,36 @@ def launch_parser() -> argparse.ArgumentParser:
     add_config_options(p)
     add_program_options(p)
     add_node_options(p)
+    torchrun_cli.add_torchrun_options(p)
     return p
+
+
+def launch_parser() -> argparse.ArgumentParser:
+    return command_parser("kubeddp launch", LAUNCH_DESCRIPTION)
+
+
+def train_parser() -> argparse.ArgumentParser:
+    return command_parser("kubeddp train", TRAIN_DESCRIPTION)
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: list[str]
+) -> tuple[argparse.Namespace, list[str]]:
+    """(launch's options, the program's arguments or, without a program, what followed `--`):
+    torchrun's command line, checked as torchrun would, with what kubeddp passes on to its
+    agent (`torchrun_flags`, `no_python`)."""
+    own, rest = torchrun_cli.split_command_line(parser, argv)
+    args = parser.parse_args(own)
+    for problem in (
+        torchrun_cli.check_standalone(args),
+        torchrun_cli.check_rdzv_backend(args),
+        torchrun_cli.too_new(args, torch_check.release(installed_torch_version())),
+    ):
+        if problem:
+            parser.error(problem)
+    args.torchrun_flags = torchrun_cli.passed_on(args)
+    args.no_python = torchrun_cli.torchrun_option(args, "no_python")
+    return args, rest
 
 
 def launch_main(argv: list[str]) -> int:
@@ -126,8 +169,7 @@ def _with_end_signals(body: Callable[[], int]) -> int:
 
 
 def _launch(argv: list[str]) -> int:
-    own, after_dash = _split_worker_args(argv)
-    return launch_with(launch_parser().parse_args(own), after_dash)
+    return launch_with(*parse_command_line(launch_parser(), argv))
 
 
 def launch_with(
@@ -137,9 +179,13 @@ def launch_with(
     launch_parser's options, `after_dash` what followed `--`. `warnings` prints advice once the
     plan stands (a refused plan is one line, alone)."""
     env = os.environ
-    problem = installed_torch_problem() if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1" else None
-    if problem:
-        return _bad_input(problem)
+    if env.get(constants.ENV_SKIP_TORCH_CHECK) != "1":
+        problem = torch_check.installed_torch_problem()
+        if problem:
+            return _bad_input(problem)
+        newer = torch_check.installed_torch_note()
+        if newer:
+            _log(command_name.note(newer))
     try:
         launch_plan = plan_launch(args, after_dash, env)
     except (ConfigError, RendezvousError, ProgramError) as exc:
@@ -159,63 +205,12 @@ def _bad_input(problem: object) -> int:
     return exit_codes.BAD_INPUT
 
 
-def train_parser(torchrun_options: bool = True) -> argparse.ArgumentParser:
-    """`kubeddp train`'s options (torchrun's flags among them; `torchrun_options=False`: only
-    the ones kubeddp defines, without importing torch)."""
-    p = OneLineErrorParser(
-        prog="kubeddp train",
-        description="train on this machine (or, with --nnodes, on several hosts); with "
-        "--script/--module your own program runs and everything after -- goes to it. "
-        "torchrun's form works as well: kubeddp train [torchrun flags] train.py ARGS "
-        "(or -m MODULE ARGS)",
-    )
-    p.add_argument(
-        *("--nproc", *spellings("--nproc-per-node")),
-        dest="nproc",
-        default=None,
-        help="worker processes: N, auto, gpu or cpu (default: GPUs, else 1)",
-    )
-    p.add_argument(
-        *spellings("--max-restarts"), type=number(int, 0, high=MAX_RESTARTS), default=None
-    )
-    p.add_argument(
-        "--standalone", action="store_true", help="one node, local rendezvous (the default)"
-    )
-    p.add_argument(
-        *spellings("--rdzv-backend"),
-        choices=torchrun_cli.RDZV_BACKENDS,
-        default=None,
-        help="static with --master-addr, c10d with --rdzv-endpoint (chosen from those)",
-    )
-    p.add_argument("--dry-run", action="store_true")
-    add_config_options(p)
-    add_program_options(p)
-    add_node_options(p)
-    p.add_argument("-m", dest="module", metavar="MODULE", help="as --module (torchrun's -m)")
-    if torchrun_options:
-        torchrun_cli.add_torchrun_options(p)
-    return p
-
-
 def train_main(argv: list[str]) -> int:
     """`kubeddp train --nproc 2 [--config F] [--set k=v ...]`: launch on this machine; torchrun's
     own command line works too (`kubeddp train --nproc_per_node=2 train.py --epochs 3`)."""
-    p = train_parser()
-    positional = torchrun_cli.split_program(p, argv)
-    if positional is None:
-        own, after_dash = _split_worker_args(argv)
-    else:
-        own, program, after_program = positional
-        own, after_dash = [*own, *program], torchrun_cli.program_arguments(after_program)
-    args = p.parse_args(own)
-    for problem in (torchrun_cli.check_standalone(args), torchrun_cli.check_rdzv_backend(args)):
-        if problem:
-            p.error(problem)
-    options = _as_launch_options(args)
+    args, after = parse_command_line(train_parser(), argv)
     with command_name.running(command_name.TRAIN):
-        return _with_end_signals(
-            lambda: launch_with(options, after_dash, lambda: _warn(args, after_dash))
-        )
+        return _with_end_signals(lambda: launch_with(args, after, lambda: _warn(args, after)))
 
 
 def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
@@ -228,20 +223,3 @@ def _warn(args: argparse.Namespace, after_dash: list[str]) -> None:
     if not any(" spawn-several-nodes: " in line for line in warned):  # launch refuses it
         for line in warned:
             _log(f"kubeddp train: warning: {line}")
-
-
-def _as_launch_options(args: argparse.Namespace) -> argparse.Namespace:
-    """`kubeddp train`'s parsed options under launch's names (launch's defaults for the rest)."""
-    options = launch_parser().parse_args([])
-    options.nproc_per_node = args.nproc or None
-    options.max_restarts = args.max_restarts
-    options.dry_run = args.dry_run
-    options.config = args.config or None
-    options.overrides = list(args.overrides)
-    options.script, options.module = args.script, args.module
-    options.spawns_workers = args.spawns_workers
-    for name in ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id"):
-        setattr(options, name, getattr(args, name))
-    options.torchrun_flags = torchrun_cli.passed_on(args, torchrun_cli.torchrun_actions())
-    options.no_python = torchrun_cli.torchrun_option(args, "no_python")
-    return options

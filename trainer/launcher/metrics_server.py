@@ -2,8 +2,8 @@
 
 Launch outlives torchrun's worker restarts, so the endpoint (and Prometheus' view of the pod)
 stays up while workers come and go. Launch makes a fresh PROMETHEUS_MULTIPROC_DIR, exports it
-to the workers through the environment, and serves prometheus_client's MultiProcessCollector
-over that directory: the sum of every worker file, live or dead.
+to the workers through the environment, and serves the merge of the workers' files there, live
+or dead (worker_metrics.py), with a user's program's own prometheus_client metrics beside them.
 """
 
 from __future__ import annotations
@@ -122,12 +122,16 @@ def start_pod_metrics(
     from prometheus_client import CollectorRegistry, start_http_server
 
     from kubeddp.trainer.launcher.network_metrics import NetworkCheckCollector
-    from kubeddp.trainer.worker.metrics import tolerant_collector
+    from kubeddp.trainer.launcher.worker_metrics import (
+        UserMetricsCollector,
+        WorkerMetricsCollector,
+    )
 
     # Named for this launch; what a killed launch left is swept here.
     directory = str(scratch.owned_dir(constants.METRICS_DIR_PREFIX))
     registry = CollectorRegistry()
-    tolerant_collector(registry, directory)  # a worker's half-written file: skipped
+    registry.register(WorkerMetricsCollector(directory, cfg.per_rank))
+    registry.register(UserMetricsCollector(directory))  # a user's program's own metrics
     registry.register(NetworkCheckCollector(directory))  # rank 0's latest network check
     try:
         server, _ = start_http_server(port, addr=bind, registry=registry)

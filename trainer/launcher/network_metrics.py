@@ -58,11 +58,15 @@ class NetworkCheckCollector:
             labels=PAIR_LABELS,
         )
         low.add_metric(pair, float(slowest.get("bps", 0.0)))
+        yield low
+        ratio = float(data.get("slow_ratio", 0.0))
+        if ratio <= 0:  # not slow: no series (a later check that finds it fine removes it)
+            return
         slow = GaugeMetricFamily(
-            "kubeddp_network_slow_link",
-            "How many times the slowest link is below the median when over "
-            "network.slow_factor, else 0",
+            "kubeddp_network_slow_link_ratio",
+            "How many times the slowest link is below the median; only while that is over "
+            "network.slow_factor",
             labels=PAIR_LABELS,
         )
-        slow.add_metric(pair, float(data.get("slow_ratio", 0.0)))
-        yield from (low, slow)
+        slow.add_metric(pair, ratio)
+        yield slow

@@ -1,10 +1,10 @@
 """`--script PATH` / `--module NAME`: a user's own program instead of the built-in trainer.
 
 Launch checks the program here, before torch is imported or a worker starts, so a typo is one
-line and exit 2, not a traceback per worker. With a program, everything after `--` is the
-program's own arguments, and launch's --config/--set configure launch only: the metrics
-endpoint and the SIGTERM grace. A --set that only the built-in trainer reads is refused rather
-than silently ignored.
+line and exit 2, not a traceback per worker. With a program, everything after it is the
+program's own arguments (as with torchrun: torchrun_cli.split_command_line), and launch's
+--config/--set configure launch only: the metrics endpoint and the SIGTERM grace. A --set that
+only the built-in trainer reads is refused rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ class ProgramNotHere(ProgramError):
 
 def add_program_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "your own program (instead of the built-in trainer; its arguments follow --)"
+        "your own program (instead of the built-in trainer): it ends kubeddp's options, and "
+        "everything after it is the program's, as with torchrun"
     )
     group.add_argument(
         "--script",
         metavar="PATH",
-        help="run this Python file on every worker, as `python PATH ARGS` under torchrun",
+        help="run this Python file on every worker, as `python PATH ARGS` under torchrun "
+        "(torchrun's form, PATH ARGS with no option name, works too)",
     )
     group.add_argument(
+        "-m",
         "--module",
         metavar="NAME",
         help="run this module on every worker, as `python -m NAME ARGS` under torchrun",
@@ -70,7 +73,7 @@ def check_overrides(overrides: list[str], option: str) -> None:
         if not applies_to_program(f"{section}.{key}"):
             raise ConfigError(
                 f"--set {text} configures the built-in trainer, which {option} replaces; pass "
-                "your program's own options after --, or drop it (with a program only "
+                "your program's own options after the program, or drop it (with a program only "
                 f"{' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
             )
 
@@ -97,8 +100,8 @@ def check_config_file(path: str | None, option: str) -> None:
             if not applies_to_program(name) and name not in RENDERED_CONFIG_KEYS:
                 raise ConfigError(
                     f"config file {path}: {name} configures the built-in trainer, which "
-                    f"{option} replaces; pass your program's own options after --, or drop "
-                    f"it (with a program only {' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
+                    f"{option} replaces; pass your program's own options after the program, or "
+                    f"drop it (with a program only {' and '.join(PROGRAM_CONFIG_KEYS)} apply)"
                 )
 
 

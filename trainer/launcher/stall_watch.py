@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeddp.trainer import constants, exit_codes, storage_rules
-from kubeddp.trainer.common import this_pod
+from kubeddp.trainer.common import installed_torch_version, this_pod
 from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import scratch
 from kubeddp.trainer.launcher.retry_budget import write_termination_message
@@ -39,10 +39,10 @@ from kubeddp.trainer.launcher.stall_report import (
 )
 from kubeddp.trainer.process_contract import (
     ENV_DIAG_DIR,
-    ENV_FR_BUFFER,
     RECORD_GLOB,
     STACKS_SIGNAL,
     RankRecord,
+    fr_buffer_default,
     fr_dump_path,
     read_record,
     request_flight_recorder,
@@ -99,8 +99,7 @@ class StallWatch:
     def env(self) -> dict[str, str]:
         """What the workers need: the record directory, and NCCL's flight recorder on."""
         env = {ENV_DIAG_DIR: self.directory}
-        if ENV_FR_BUFFER not in os.environ:
-            env[ENV_FR_BUFFER] = "2000"
+        env.update(fr_buffer_default(os.environ, installed_torch_version()))
         if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in os.environ and self.report_dir is not None:
             env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
             env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.report_dir / "nccl-trace-rank-")
@@ -290,6 +289,6 @@ def start_diagnostics(
     if metrics is not None:
         from kubeddp.trainer.launcher.diag_metrics import ProgressCollector
 
-        metrics.registry.register(ProgressCollector(watch))
+        metrics.registry.register(ProgressCollector(watch, metrics.cfg.per_rank))
     watch.start()
     return watch

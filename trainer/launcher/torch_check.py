@@ -1,9 +1,11 @@
-"""Refuse to launch on a torch outside the range kubeddp declares (pyproject.toml).
+"""The installed torch against what kubeddp was tested with.
 
-torchrun's options and torch's APIs change between minors; a torch kubeddp was not tested
-with fails later with a traceback from deep inside torch (or not at all, wrongly). The range
-is read from the installed distribution's metadata, so it is the one pip resolved against;
-without metadata (kubeddp run from a source tree) there is nothing to check.
+An older torch than the declared lower bound (pyproject.toml: the oldest release tested) is
+refused: it lacks APIs kubeddp calls, and would fail later with a traceback from deep inside
+torch. There is no upper bound: a torch newer than any tested (NEWEST_TESTED_TORCH, the
+newest release the CI's torch-range job runs) launches, with one line saying so. The lower
+bound is read from the installed distribution's metadata, so it is the one pip resolved
+against; without metadata (kubeddp run from a source tree) there is nothing to check.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from importlib import metadata
 from kubeddp.trainer.constants import ENV_SKIP_TORCH_CHECK
 
 DISTRIBUTION = "kubeddp"
+# The newest torch release the workflow's torch-range job tests (tests/unit/test_torch_range.py
+# keeps the two equal). A newer one is not refused: launch says it once, and goes on.
+NEWEST_TESTED_TORCH = "2.15.0"
 
-# `torch>=2.4,<2.15`, `torch (>=2.4)`, `torch[extra]>=2.4; python_version >= "3.10"`; not
+# `torch>=2.4.1`, `torch (>=2.4)`, `torch[extra]>=2.4; python_version >= "3.10"`; not
 # `torchvision>=0.19`.
 _REQUIREMENT_RE = re.compile(
     r"^\s*torch\s*(?:\[[^\]]*\])?\s*(?P<spec>[(<>=!~][^;]*?)?\s*(?:;(?P<marker>.*))?$",
@@ -26,7 +31,7 @@ _REQUIREMENT_RE = re.compile(
 
 
 def declared_torch_spec(requires: list[str] | None) -> str | None:
-    """The version specifier of the plain `torch` requirement ('>=2.4,<2.15'); None when
+    """The version specifier of the plain `torch` requirement ('>=2.4.1'); None when
     there is none (or only one behind an extra)."""
     for line in requires or []:
         found = _REQUIREMENT_RE.match(line)
@@ -35,9 +40,9 @@ def declared_torch_spec(requires: list[str] | None) -> str | None:
     return None
 
 
-def _release(version: str) -> tuple[int, ...] | None:
+def release(version: str | None) -> tuple[int, ...] | None:
     """The release numbers of a version ('2.6.0a0+git1' -> (2, 6, 0)); None if unreadable."""
-    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)", version)
+    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)", version or "")
     return tuple(int(part) for part in found.group(1).split(".")) if found else None
 
 
@@ -79,10 +84,10 @@ def _clause_holds(version: tuple[int, ...], clause: str) -> bool | None:
 
 def fallback_contains(spec: str, version: str) -> bool | None:
     """`version` within `spec`, comparing release numbers only; None when unsure."""
-    release = _release(version)
-    if release is None:
+    numbers = release(version)
+    if numbers is None:
         return None
-    results = [_clause_holds(release, clause) for clause in spec.split(",") if clause.strip()]
+    results = [_clause_holds(numbers, clause) for clause in spec.split(",") if clause.strip()]
     if any(result is None for result in results):
         return None
     return all(results)
@@ -114,11 +119,37 @@ def torch_version_problem(installed: str | None, spec: str | None) -> str | None
     )
 
 
-def installed_torch_problem() -> str | None:
-    """torch_version_problem for this environment (reads metadata only, imports no torch)."""
+def newer_than_tested(installed: str | None, newest: str = NEWEST_TESTED_TORCH) -> str | None:
+    """The one line for a torch of a later minor than the newest tested (a nightly of the next
+    minor too: 2.16.0a0); None when it is not, or its version cannot be read."""
+    numbers, tested = release(installed), release(newest)
+    if numbers is None or tested is None or numbers[:2] <= tested[:2]:
+        return None
+    return (
+        f"torch {installed} is newer than any kubeddp was tested with (the newest: {newest}); "
+        "launching anyway: a problem it causes is worth a report naming both versions"
+    )
+
+
+def _installed() -> tuple[str | None, str | None]:
+    """(the installed torch's version, kubeddp's declared torch specifier): metadata only,
+    no torch import; None for what is not there."""
     try:
-        spec = declared_torch_spec(metadata.requires(DISTRIBUTION))
         installed = metadata.version("torch")
     except metadata.PackageNotFoundError:
-        return None
-    return torch_version_problem(installed, spec)
+        return None, None
+    try:
+        spec = declared_torch_spec(metadata.requires(DISTRIBUTION))
+    except metadata.PackageNotFoundError:
+        spec = None
+    return installed, spec
+
+
+def installed_torch_problem() -> str | None:
+    """torch_version_problem for this environment (reads metadata only, imports no torch)."""
+    return torch_version_problem(*_installed())
+
+
+def installed_torch_note() -> str | None:
+    """newer_than_tested for this environment (reads metadata only, imports no torch)."""
+    return newer_than_tested(_installed()[0])

@@ -1,34 +1,35 @@
-"""torchrun's command line as `kubeddp train` takes it, so `kubeddp train` can stand where
-`torchrun` stood:
+"""torchrun's command line as `kubeddp train` and `kubeddp launch` take it, so kubeddp can stand
+where `torchrun` stood:
 
     torchrun      --nproc_per_node=2 --nnodes=1 train.py --epochs 3
     kubeddp train --nproc_per_node=2 --nnodes=1 train.py --epochs 3
+    kubeddp train --nproc 2 --script train.py --epochs 3
     kubeddp train --standalone --nproc-per-node 2 -m mypkg.train --epochs 3
 
-The first word that is not an option (or the word after -m) is the program; what follows it is
-the program's, as written, and never goes through a parser of kubeddp's or torchrun's. Both
-spellings of each flag (--node-rank, --node_rank) are accepted; argparse also takes an
-unambiguous prefix (--nnode), as torchrun's parser does. Every other option of the installed
-torchrun (--tee, --log-dir, --redirects, --local-ranks-filter, --rdzv-conf, --role...) is
-accepted too, with its torchrun meaning: kubeddp passes it on to torchrun's agent.
+As with torchrun, the program ends kubeddp's options: everything after it (the first word that
+is not an option, or `--script PATH` / `--module NAME` / `-m NAME`) is the program's, as written,
+even a word that is also an option of kubeddp's (`train.py --nproc 1` gives the script
+`--nproc 1`). A `--` right after the program is a separator, not the program's (as torchrun's
+parser drops it). Without a program, what follows `--` is the built-in trainer's (--config,
+--set). Both spellings of each flag (--node-rank, --node_rank) are accepted; argparse also takes
+an unambiguous prefix (--nnode), as torchrun's parser does. torchrun's other options (--tee,
+--log-dir, --numa-binding...: torchrun_flags.py) are accepted too, with their torchrun meaning:
+kubeddp passes them on to torchrun's agent.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import functools
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 
+from kubeddp.trainer.launcher.torchrun_flags import BY_DEST, DONE_HERE, PASSED_ON, TorchrunFlag
 from kubeddp.trainer.launcher.user_input import rdzv_conf_problem
 
-# torchrun's -m starts the program; kubeddp's own --module NAME stays an option among others.
-MODULE_FLAGS = ("-m",)
 # torchrun's -m/--module is a flag: before another option it says the program word is a module.
 BARE_MODULE_FLAGS = ("-m", "--module")
+PROGRAM_DESTS = ("script", "module")  # the options that name the program and end kubeddp's
 RDZV_BACKENDS = ("c10d", "static")  # what kubeddp starts: static with --master-addr, else c10d
+PREFIX = "torchrun_"  # the passed-on options' dest in the parsed namespace
 
 
 def spellings(name: str) -> list[str]:
@@ -38,39 +39,59 @@ def spellings(name: str) -> list[str]:
 
 
 def _action(parser: argparse.ArgumentParser, token: str) -> argparse.Action | None:
-    """The action an option token selects: exact, `--opt=value`, or a unique prefix."""
+    """The action an option token selects: exact, `--opt=value`, `-mVALUE`, or a unique prefix
+    of a long option."""
     name = token.split("=", 1)[0]
     actions = {opt: action for action in parser._actions for opt in action.option_strings}
     if name in actions:
         return actions[name]
+    if not token.startswith("--") and token[:2] in actions and actions[token[:2]].nargs != 0:
+        return actions[token[:2]]  # -mpkg.train: a short option with its value attached
     matches = {actions[opt] for opt in actions if opt.startswith(name) and name.startswith("--")}
     return matches.pop() if len(matches) == 1 else None
 
 
-def split_program(
-    parser: argparse.ArgumentParser, argv: list[str]
-) -> tuple[list[str], list[str], list[str]] | None:
-    """torchrun's positional form -> (kubeddp's own options, ["--script", P] or ["--module", M],
-    the program's arguments); None when argv has no program word (the `--` form applies)."""
+def _value_attached(token: str) -> bool:
+    """`--script=t.py` or `-mpkg`: the option's value is in the same word."""
+    return "=" in token if token.startswith("--") else len(token) > 2
+
+
+def _program_rest(rest: list[str]) -> list[str]:
+    """The program's arguments: a `--` right after the program is the separator of kubeddp's
+    `--script PATH -- ARGS` form (torchrun's parser drops it too), not the program's."""
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def split_command_line(
+    parser: argparse.ArgumentParser, argv: list[str], positional_program: bool = True
+) -> tuple[list[str], list[str]]:
+    """(kubeddp's own words, with `--script P` or `--module M` when a program is named; the
+    program's arguments, or without a program what follows `--`). `positional_program`: the
+    first word that is not an option is the program (torchrun's form)."""
     index, module = 0, False
     while index < len(argv):
         token = argv[index]
         if token == "--":
-            return None
+            return argv[:index], argv[index + 1 :]
         following = argv[index + 1] if index + 1 < len(argv) else None
-        if token in MODULE_FLAGS and following is not None and not following.startswith("-"):
-            return argv[:index], ["--module", following], argv[index + 2 :]
-        if token in BARE_MODULE_FLAGS and following is not None and following.startswith("-"):
+        if positional_program and token in BARE_MODULE_FLAGS and (following or "x")[:1] == "-":
             module = True  # torchrun's bare -m/--module: the program word names a module
             argv = argv[:index] + argv[index + 1 :]
             continue
         if token.startswith("-") and token != "-":
             action = _action(parser, token)
             takes_value = action is not None and action.nargs != 0
-            index += 2 if takes_value and "=" not in token else 1
+            end = index + (1 if not takes_value or _value_attached(token) else 2)
+            if action is not None and action.dest in PROGRAM_DESTS and end <= len(argv):
+                return argv[:end], _program_rest(argv[end:])
+            index = end
             continue
-        return argv[:index], ["--module" if module else "--script", token], argv[index + 1 :]
-    return None
+        if not positional_program:
+            index += 1
+            continue
+        program = ["--module" if module else "--script", token]
+        return [*argv[:index], *program], _program_rest(argv[index + 1 :])
+    return argv, []
 
 
 def check_standalone(args: argparse.Namespace) -> str | None:
@@ -95,52 +116,8 @@ def check_rdzv_backend(args: argparse.Namespace) -> str | None:
     return None
 
 
-# torchrun's options that kubeddp decides from the plan, or takes under its own names.
-KUBEDDP_DECIDES = frozenset({
-    "help", "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id",
-    "standalone", "max_restarts", "node_rank", "master_addr", "master_port", "module",
-})  # fmt: skip
-# Accepted with torchrun's meaning, done by kubeddp rather than passed on: --no-python (the
-# runner executes the program itself) and --run-path (the runner always runs a script with
-# runpy.run_path in the worker's interpreter; torchrun would run our runner that way).
-DONE_HERE = frozenset({"no_python", "run_path"})
-PREFIX = "torchrun_"  # their dest in kubeddp train's namespace
-
-
-def torchrun_option_strings() -> list[str]:
-    """The installed torchrun's option strings, read from its source without importing torch
-    (1-2 s): for `kubeddp completion`, which a shell may run at every start. [] when the source
-    is not where a torch install keeps it."""
-    spec = importlib.util.find_spec("torch")  # a top-level package: nothing is imported
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    try:
-        source = Path(locations[0], "distributed", "run.py").read_text(encoding="utf-8")
-        tree = ast.parse(source)
-    except (IndexError, OSError, SyntaxError, ValueError):
-        return []
-    return [
-        arg.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
-        for arg in node.args
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-"
-    ]
-
-
-@functools.cache
-def torchrun_actions() -> list[argparse.Action]:
-    """The installed torchrun's options that kubeddp train takes as they are (the set grows
-    with torch: each version's flags are its parser's)."""
-    from torch.distributed.run import get_args_parser
-
-    return [
-        action
-        for action in get_args_parser()._actions
-        if action.option_strings and action.dest not in KUBEDDP_DECIDES
-    ]
-
-
 def _std(text: str) -> object:
+    # imported here, and only when --tee/--redirects is given: torch costs the help 2 s
     from torch.distributed.elastic.multiprocessing import Std
 
     return Std.from_str(text)  # 0-3, or local_rank:value,...
@@ -163,10 +140,10 @@ VALUE_CHECKS: dict[str, Callable[[str], object]] = {
 }  # fmt: skip
 
 
-def _checked_text(action: argparse.Action) -> Callable[[str], str]:
+def _checked_text(flag: TorchrunFlag) -> Callable[[str], str]:
     """An argparse type that checks the value as torchrun would and keeps the text (it goes on
     to torchrun's own parser as written)."""
-    convert = VALUE_CHECKS.get(action.dest) or (action.type if callable(action.type) else str)
+    convert = VALUE_CHECKS.get(flag.dest, flag.kind)
 
     def parse(text: str) -> str:
         try:
@@ -178,36 +155,40 @@ def _checked_text(action: argparse.Action) -> Callable[[str], str]:
     return parse
 
 
-def add_torchrun_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    """torchrun's other options, as torchrun has them (its help, choices and checks); the
-    actions they mirror are returned for `passed_on`."""
+def add_torchrun_options(parser: argparse.ArgumentParser) -> None:
+    """torchrun's other options (torchrun_flags.PASSED_ON), with torchrun's choices and checks."""
     group = parser.add_argument_group(
-        "torchrun's other options (the installed torch's; passed on with torchrun's meaning)"
+        "torchrun's other options (passed on to its agent with torchrun's meaning; "
+        "`torchrun --help` says more)"
     )
-    actions = torchrun_actions()
-    for action in actions:
-        helptext = " ".join((action.help or "").split()).replace("%", "%%")  # torch's words
-        options: dict = {"dest": PREFIX + action.dest, "help": helptext}
-        if action.nargs == 0:
+    for flag in PASSED_ON:
+        helptext = flag.help.replace("%", "%%")
+        if flag.since > (2, 4):
+            helptext += f" (torch {flag.since[0]}.{flag.since[1]}+)"
+        options: dict = {"dest": PREFIX + flag.dest, "help": helptext}
+        if not flag.takes_value:
             options.update(action="store_true", default=False)
         else:
-            metavar = action.metavar or action.dest.upper()
-            options.update(default=None, type=_checked_text(action), metavar=metavar)
-            options["choices"] = action.choices
-        group.add_argument(*action.option_strings, **options)
-    return actions
+            options.update(default=None, type=_checked_text(flag), choices=flag.choices)
+            options["metavar"] = flag.metavar or (None if flag.choices else flag.dest.upper())
+        group.add_argument(*flag.options, **options)
 
 
-def passed_on(args: argparse.Namespace, actions: list[argparse.Action]) -> list[str]:
+def given(args: argparse.Namespace) -> list[TorchrunFlag]:
+    return [
+        flag for flag in PASSED_ON if getattr(args, PREFIX + flag.dest, None) not in (None, False)
+    ]
+
+
+def passed_on(args: argparse.Namespace) -> list[str]:
     """The torchrun flags given, as `--flag=value` words for torchrun's parser (one word each:
     a value can never be read as a flag of its own)."""
     flags = []
-    for action in actions:
-        value = getattr(args, PREFIX + action.dest, None)
-        if action.dest in DONE_HERE or value in (None, False):
+    for flag in given(args):
+        if flag.dest in DONE_HERE:
             continue
-        name = max(action.option_strings, key=len)  # the long, dashed spelling
-        flags.append(name if value is True else f"{name}={value}")
+        value = getattr(args, PREFIX + flag.dest)
+        flags.append(flag.name if value is True else f"{flag.name}={value}")
     return flags
 
 
@@ -216,7 +197,17 @@ def torchrun_option(args: argparse.Namespace, dest: str) -> bool:
     return bool(getattr(args, PREFIX + dest, False))
 
 
-def program_arguments(after_program: list[str]) -> list[str]:
-    """What follows the program word, as the program gets it: a `--` right after it is the
-    separator of kubeddp's other form (`train.py -- --x`), not the program's."""
-    return after_program[1:] if after_program[:1] == ["--"] else after_program
+def too_new(args: argparse.Namespace, torch_release: tuple[int, ...] | None) -> str | None:
+    """The one line for a flag this torch's torchrun does not have yet; None when all are
+    known to it (or its version cannot be read: torchrun then says)."""
+    if torch_release is None:
+        return None
+    for flag in given(args):
+        if BY_DEST[flag.dest].since > torch_release[:2]:
+            wanted = ".".join(map(str, flag.since))
+            installed = ".".join(map(str, torch_release))
+            return (
+                f"{flag.name} needs torch {wanted} or later (its torchrun added it), and torch "
+                f"{installed} is installed; upgrade torch or drop {flag.name}"
+            )
+    return None

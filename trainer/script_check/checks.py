@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from kubeddp.trainer import constants
 from kubeddp.trainer.constants import CHECKPOINT_DIR
+from kubeddp.trainer.script_check.local_rank import LOCAL_RANK_MACRO, local_rank_rule
 from kubeddp.trainer.script_check.model import (
     ParsedScript,
     dotted,
@@ -33,6 +33,7 @@ from kubeddp.trainer.script_check.model import (
     text,
     words,
 )
+from kubeddp.trainer.script_check.snapshots import path_text, snapshot_rule
 from kubeddp.trainer.script_check.source import ScriptCheckError, parse, read_source
 from kubeddp.trainer.script_check.spawn import INIT_CALLS, spawn_calls
 
@@ -46,8 +47,6 @@ COLLECTIVES = {
 TENSOR_FACTORIES = {"tensor", "zeros", "ones", "rand", "randn", "empty", "full", "arange"}
 # A condition that names the rank: saving under it is saving on one rank (or one per node).
 RANK_WORDS = re.compile(r"rank|gpu_id|is_main|main_process|is_master|is_primary|master_process")
-LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
-LOCAL_RANK_MACRO = constants.LOCAL_RANK_MACRO
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 # In a pod these are the pod's own (an emptyDir, memory): gone when it is recreated.
 LOST_WITH_THE_POD = ("/tmp/", "/dev/shm/")
@@ -187,71 +186,6 @@ def _init_rules(script: ParsedScript, nodes: int) -> Iterator[tuple]:
             yield call.lineno, "init-no-timeout", {}
 
 
-def _reads_local_rank_env(node: ast.AST) -> bool:
-    return "LOCAL_RANK" in words(node)
-
-
-def _parsed_arguments(script: ParsedScript) -> set[str]:
-    """Names bound to a parser's result: `args = parser.parse_args()`, `args, _ =
-    parser.parse_known_args()`."""
-    found = set()
-    for node in ast.walk(script.tree):
-        if not isinstance(node, ast.Assign):
-            continue
-        value = node.value.value if isinstance(node.value, ast.Subscript) else node.value
-        if isinstance(value, ast.Call) and last(value.func) in ("parse_args", "parse_known_args"):
-            for target in node.targets:
-                first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target
-                if isinstance(first, ast.Name):
-                    found.add(first.id)
-    return found
-
-
-def _local_rank_uses(script: ParsedScript) -> tuple[list[ast.AST], bool]:
-    """Where the script reads the parsed --local_rank, and whether it falls back to LOCAL_RANK
-    (in the same statement, or by assigning it from LOCAL_RANK)."""
-    parsed = _parsed_arguments(script)
-    uses, falls_back = [], False
-    for node in ast.walk(script.tree):
-        if not (isinstance(node, ast.Attribute) and node.attr == "local_rank"):
-            continue
-        owner = dotted(node.value)
-        if owner == "self" or (parsed and owner not in parsed):
-            continue
-        statement = _statement(script, node)
-        if isinstance(node.ctx, ast.Store):
-            falls_back |= _reads_local_rank_env(statement)
-        else:
-            uses.append(node)
-            falls_back |= _reads_local_rank_env(statement)
-    return uses, falls_back
-
-
-def _local_rank_rule(script: ParsedScript, program_args: list[str]) -> Iterator[tuple]:
-    """A --local_rank flag that the script uses, without a LOCAL_RANK fallback, while nothing
-    passes it: the script reads None (or stops: a required flag). A LOCAL_RANK read elsewhere
-    (a print) is no fallback."""
-    if any(LOCAL_RANK_MACRO in arg for arg in program_args):
-        return
-    for call in script.calls_to("add_argument"):
-        if not any(literal_text(a) in LOCAL_RANK_FLAGS for a in call.args):
-            continue
-        default = keyword(call, "default")
-        if default is not None and _reads_local_rank_env(default):
-            continue  # default=int(os.environ["LOCAL_RANK"]): the flag is optional
-        required = keyword(call, "required")
-        uses, falls_back = _local_rank_uses(script)
-        if (isinstance(required, ast.Constant) and required.value) or (uses and not falls_back):
-            yield call.lineno, "local-rank-arg", {}
-
-
-def _statement(script: ParsedScript, node: ast.AST) -> ast.AST:
-    for parent in script.ancestors(node):
-        if isinstance(parent, ast.stmt):
-            return parent
-    return node
-
-
 def _check(script: ParsedScript, nodes: int, program_args: list[str]) -> Iterator[tuple]:
     distributed = bool(script.calls_to(*INIT_CALLS))
     spawning = spawn_calls(script)
@@ -260,7 +194,7 @@ def _check(script: ParsedScript, nodes: int, program_args: list[str]) -> Iterato
             yield call.lineno, "spawn-several-nodes", {}
     yield from _master_rules(script, nodes, bool(spawning))
     yield from _init_rules(script, nodes)
-    yield from _local_rank_rule(script, program_args)
+    yield from local_rank_rule(script, program_args)
     yield from _data_rules(script)
     yield from _save_load_rules(script, distributed)
     yield from _nccl_rule(script)
@@ -328,61 +262,12 @@ def _runs_per_epoch(script: ParsedScript, node: ast.AST, depth: int = 0) -> bool
     return any(_runs_per_epoch(script, caller, depth + 1) for caller in callers)
 
 
-def _path_text(script: ParsedScript, path: ast.expr) -> str | None:
-    found = text(path)
-    if found is None and isinstance(path, (ast.Name, ast.Attribute)):
-        value = script.assigned_value(dotted(path), path)
-        found = text(value) if value is not None else None
-    return found
-
-
-RENAMES = ("replace", "rename", "move")  # os.replace, os.rename, Path.replace, shutil.move
-
-
-def _renamed_after(script: ParsedScript, save: ast.Call) -> bool:
-    """Whether the function that saves renames a file after the save (an atomic write)."""
-    scope = script.function_of(save) or script.tree
-    return any(
-        isinstance(node, ast.Call) and last(node.func) in RENAMES and node.lineno >= save.lineno
-        for node in ast.walk(scope)
-    )
-
-
-SNAPSHOT_WORDS = re.compile(r"snap|ckpt|checkpoint|resume", re.IGNORECASE)
-
-
-def _path_key(script: ParsedScript, path: ast.expr) -> tuple[str, str]:
-    """What names a saved or loaded file: its last name (`self.snapshot_path` ->
-    snapshot_path) and its text where the script shows it."""
-    return last(path) or "", _path_text(script, path) or ""
-
-
-def _snapshot_rule(script: ParsedScript, distributed: bool) -> Iterator[tuple]:
-    """A DDP script that loads the file it saves resumes from it: a save in place can be cut.
-    The same file: the same name or text, or both named like a snapshot."""
-    torch_calls = [(script.resolved(c.func), c) for c in script.calls if c.args]
-    loaded = [_path_key(script, c.args[0]) for name, c in torch_calls if name == "torch.load"]
-    if not distributed or not loaded:
-        return
-    for name, call in torch_calls:
-        if name != "torch.save" or len(call.args) < 2 or _renamed_after(script, call):
-            continue
-        key = _path_key(script, call.args[1])
-        same = any(
-            (key[0] and key[0] == other[0]) or (key[1] and key[1] == other[1])
-            or (SNAPSHOT_WORDS.search(" ".join(key)) and SNAPSHOT_WORDS.search(" ".join(other)))
-            for other in loaded
-        )  # fmt: skip
-        if same:
-            yield call.lineno, "snapshot-in-place", {"value": shown(call.args[1])}
-
-
 def _save_load_rules(script: ParsedScript, distributed: bool) -> Iterator[tuple]:
-    yield from _snapshot_rule(script, distributed)
+    yield from snapshot_rule(script, distributed)
     for call in script.calls:
         target = script.resolved(call.func)
         if target == "torch.save" and len(call.args) >= 2:
-            path, where = _path_text(script, call.args[1]), shown(call.args[1])
+            path, where = path_text(script, call.args[1]), shown(call.args[1])
             one_file_per_rank = RANK_WORDS.search(words(call.args[1]))
             if distributed and not one_file_per_rank and not _rank_guarded(script, call):
                 yield call.lineno, "save-every-rank", {"value": where}

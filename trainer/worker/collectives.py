@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubeddp.trainer.process_contract import COLLECTIVES
+from kubeddp.trainer.worker.grad_ready import LastGradient
 from kubeddp.trainer.worker.heartbeat import Heartbeat
 
 _MARK = "_kubeddp_counted"
@@ -54,13 +55,21 @@ def install(hb: Heartbeat) -> None:
             setattr(dist, name, _counted(original, op))
 
 
-def watch_ddp(model: Any, hb: Heartbeat, hook: Any = None) -> None:
-    """Register the DDP comm hook (ddp.comm_hook's, else DDP's own all-reduce), noting first
-    when this rank's gradients are ready for it: the time from there to the end of backward is
-    spent waiting for the other ranks, which tells a straggler from the ranks that wait for it."""
+def watch_ddp(model: Any, hb: Heartbeat, hook: Any = None) -> LastGradient | None:
+    """Register the DDP comm hook (ddp.comm_hook's, else DDP's own all-reduce), noting when this
+    rank's gradients are ready for it: the time from there to the end of backward is spent
+    waiting for the other ranks, which tells a straggler from the ranks that wait for it. With
+    a hook the mark runs first inside it; with DDP's own all-reduce a hook of ours would cost a
+    pass over the gradients, so one parameter's gradient hook marks it (grad_ready.py): the
+    LastGradient returned is told of every optimizer step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     from kubeddp.trainer.worker import comm_hooks
 
     def ready() -> None:
         hb.sync_ready = time.monotonic()
 
+    if hook is None and hb.enabled and isinstance(model, DDP):
+        return LastGradient(list(model.parameters()), ready)
     comm_hooks.register(model, hook, ready if hb.enabled else None)
+    return None

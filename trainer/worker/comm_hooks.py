@@ -8,8 +8,10 @@
   steps first.
 
 DDP takes one hook, so the straggler measurement's mark (the moment this rank's gradients are
-ready, collectives.watch_ddp) runs first inside the same hook, then the chosen one. Gradient
-accumulation needs nothing: DDP calls the hook only on the micro-step that syncs.
+ready, collectives.watch_ddp) runs first inside the same hook, then the chosen one; without a
+chosen hook the mark is a gradient hook instead (grad_ready.py: a Python all-reduce hook would
+cost a pass over the gradients). Gradient accumulation needs nothing: DDP calls the hook only on
+the micro-step that syncs.
 
 PowerSGD's state (error feedback, warm-start factors) is keyed by DDP's bucket index, and DDP
 builds its buckets in one order for a process's first step and rebuilds them in the gradients'

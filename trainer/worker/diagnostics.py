@@ -13,6 +13,7 @@ from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.worker import collectives
 from kubeddp.trainer.worker.distributed import DistContext
 from kubeddp.trainer.worker.divergence import NonFinite, NonFiniteGuard
+from kubeddp.trainer.worker.grad_ready import LastGradient
 from kubeddp.trainer.worker.heartbeat import Heartbeat, this_rank
 from kubeddp.trainer.worker.straggler import StragglerWatch
 
@@ -42,6 +43,7 @@ class Diagnostics:
         # skip decides per step, on every rank alike: the all-reduced gradient norm says it
         self.needs_norm = d.on_nonfinite == "skip"
         self._skipped: list[int] = []
+        self.last_gradient: LastGradient | None = None  # set by watch()
         self.stragglers = StragglerWatch(
             ctx, self.heartbeat, d.straggler_factor, d.straggler_window_seconds, progress.log
         )
@@ -49,13 +51,15 @@ class Diagnostics:
     def watch(self, model: torch.nn.Module, hook: Any = None) -> None:
         """Register `hook` (comm_hooks.CommHook, None: DDP's own all-reduce) on a DDP model,
         with the straggler measurement's mark before it."""
-        collectives.watch_ddp(model, self.heartbeat, hook)
+        self.last_gradient = collectives.watch_ddp(model, self.heartbeat, hook)
 
     def before_update(
         self, step: int, loss: torch.Tensor, norm: torch.Tensor | None, optimizer: Any
     ) -> bool:
         """Record the step; False when the optimizer step must not run (skip, host path)."""
         self.guard.record(step, loss, norm)
+        if self.last_gradient is not None:
+            self.last_gradient.step_done()
         if not self.needs_norm:
             return True
         flag = self.guard.skip_flag(loss, norm)
@@ -96,6 +100,8 @@ class Diagnostics:
         raise Diverged(exit_codes.NONFINITE)
 
     def close(self) -> None:
+        if self.last_gradient is not None:
+            self.last_gradient.close()
         self.heartbeat.close()
 
 

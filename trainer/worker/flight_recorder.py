@@ -1,5 +1,6 @@
-"""PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE: the last collectives of every process
-group, NCCL and gloo alike, DDP's own included), dumped on the stall watch's request.
+"""PyTorch's flight recorder (its buffer size under the name the installed torch reads:
+process_contract.fr_buffer_names; the last collectives of every process group, NCCL and gloo
+alike, DDP's own included), dumped on the stall watch's request.
 
 A stalled rank's main thread is stuck, so the dump runs on a daemon thread that sleeps in a
 blocking read of a FIFO (`rank-N.fr-request`) until launch writes to it; it then writes
@@ -16,12 +17,13 @@ import os
 import threading
 from pathlib import Path
 
-from kubeddp.trainer.process_contract import ENV_FR_BUFFER, fr_dump_path, fr_request_path
+from kubeddp.trainer.common import installed_torch_version
+from kubeddp.trainer.process_contract import fr_buffer_size, fr_dump_path, fr_request_path
 
 
 def start_responder(directory: str, rank: int) -> None:
     """Make the FIFO and the thread that answers it (nothing without a recorder)."""
-    if not os.environ.get(ENV_FR_BUFFER):
+    if fr_buffer_size(os.environ, installed_torch_version()) == 0:
         return
     fifo = fr_request_path(directory, rank)
     with contextlib.suppress(FileNotFoundError):

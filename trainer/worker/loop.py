@@ -26,6 +26,7 @@ from kubeddp.trainer.worker import comm_hooks
 from kubeddp.trainer.worker.checkpoint.manager import CheckpointManager, RunInfo
 from kubeddp.trainer.worker.checkpoint.parts import OptimizerPart, RngPart, SampleRecordPart
 from kubeddp.trainer.worker.compiled import CompiledForFullBatches, compile_plan
+from kubeddp.trainer.worker.curves import Curves
 from kubeddp.trainer.worker.data import (
     batch_samples,
     build_train_loader,
@@ -120,6 +121,9 @@ class Trainer:
             versions=self.versions,
             transport=network.info_labels() if network else None,
         )
+        self.curves = Curves(
+            cfg.metrics.tensorboard, cfg.checkpoint.dir, ctx.is_main, self.progress.log
+        )
         self.losses = DeviceLosses()
         sample_ids = SampleIdRecorder() if t.record_sample_ids else None
         step_times = step_times_file(t, ctx.rank, ctx.world_size, tokens, ctx.device)
@@ -143,6 +147,7 @@ class Trainer:
             metrics=self.metrics,
             log=self.progress.log,
             before_save=self._settle_first_loss,
+            after_save=self.curves.on_checkpoint,
         )
         self.evaluator = Evaluator(
             self.workload, t, ctx, self.model, self.raw_model, self.amp_dtype, self.progress.log
@@ -179,6 +184,7 @@ class Trainer:
                     return code
             self.stop_vote.drain()  # a stop voted in the last two steps comes too late to act
             self.evaluator.at_end(self.state.step)
+            self._eval_point()
             self.checkpoints.save(self.state, blocking=True, final=True)
             self._feed_status(None, final=True)
         t = self.cfg.train
@@ -230,6 +236,7 @@ class Trainer:
         s.epoch += 1
         s.consumed = 0
         self.evaluator.after_epoch(s.step, s.epoch - 1)
+        self._eval_point()
         if not self._finished():
             self.checkpoints.maybe_save(s, epoch_end=True)
         return 0
@@ -295,6 +302,8 @@ class Trainer:
             step_seconds=seconds,
             data_wait_seconds=data_wait,
         )
+        self.curves.on_step(s.step, loss=loss_value, lr=lr, samples=samples * ctx.world_size,
+                            step_seconds=seconds)  # fmt: skip
         first = self.progress.first_step_seconds is None
         self.progress.step(s.step, s.epoch, lr, samples * ctx.world_size, loss_value)
         self._feed_status(loss_value)
@@ -345,6 +354,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
+    def _eval_point(self) -> None:
+        """The validation loss on the curves, when this step was just evaluated."""
+        if self.evaluator.evaluated_at == self.state.step:
+            self.curves.on_eval(self.state.step, self.evaluator.val_loss)
+
     def _settle_first_loss(self) -> None:
         """The run's first loss into the train state (read once: before the first log line or
         the first checkpoint, whichever comes first)."""
@@ -390,6 +404,7 @@ class Trainer:
             return 1
         self.diag.heartbeat.phase(hb_eval)
         self.evaluator.after_step(self.state.step)
+        self._eval_point()
         if not self._finished():
             self.diag.heartbeat.phase(hb_checkpoint)
             self.checkpoints.maybe_save(self.state)
@@ -400,5 +415,6 @@ class Trainer:
         self.diag.close()
         self.checkpoints.close()
         self.metrics.close()
+        self.curves.close()
         for name in REFERENCES.split():
             setattr(self, name, None)

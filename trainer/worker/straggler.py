@@ -22,6 +22,7 @@ import torch
 from kubeddp.trainer.common import this_pod
 from kubeddp.trainer.worker.distributed import DistContext, gather_objects
 from kubeddp.trainer.worker.heartbeat import Heartbeat
+from kubeddp.trainer.worker.versions import gpu_uuid
 
 # Before a verdict the history must span this many steps and half the window: the first
 # steps after a start or a restart (warm-up, a checkpoint read) are not a node's speed.
@@ -32,7 +33,7 @@ MIN_STEPS = 20
 class Straggler:
     rank: int
     ratio: float  # its busy time per step over the median
-    where: str  # "pod P, node N"
+    where: str  # "pod P, node N" (", GPU GPU-..." on CUDA)
 
     def describe(self, window: float) -> str:
         return (
@@ -60,8 +61,9 @@ class StragglerWatch:
             return
         import torch.distributed as dist
 
-        if self._where is None:
-            self._where = gather_objects(this_pod())
+        if self._where is None:  # `pod P, node N`, and the GPU a health panel knows it by
+            uuid = gpu_uuid(self.ctx.device)
+            self._where = gather_objects(this_pod() + (f", GPU {uuid}" if uuid else ""))
         mine = torch.tensor([self.hb.busy], dtype=torch.float64, device=self.ctx.device)
         out = torch.empty(self.ctx.world_size, dtype=torch.float64, device=self.ctx.device)
         # all_gather_single where torch has it (all_gather_into_tensor is deprecated there)

@@ -111,3 +111,15 @@ def runtime_versions(device_type: str) -> RuntimeVersions:
     except Exception:  # noqa: BLE001 - a torch built without NCCL; the label stays empty
         nccl = ""
     return RuntimeVersions(torch_version, torch.version.cuda or "", nccl, driver_version())
+
+
+def gpu_uuid(device: Any) -> str:
+    """The UUID of a CUDA device as NVIDIA's tools (nvidia-smi, dcgm-exporter's `UUID` label)
+    write it, `GPU-...`; '' off CUDA. It names the rank's GPU in the straggler line and in
+    kubeddp_rank_info, which joins dcgm-exporter's series to the rank."""
+    if getattr(device, "type", None) != "cuda":
+        return ""
+    import torch  # a worker's: already imported
+
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"

@@ -176,6 +176,7 @@ kinds:
   PyTorchJob:
     apiVersion: kubeflow.org/v1
     resourceKind: PyTorchJob
+    apiKey: kubeflow.org/v1/PyTorchJob
     container: pytorch
     jobNameLabel: training.kubeflow.org/job-name
     podTargetLabels:
@@ -207,6 +208,7 @@ kinds:
   TrainJob:
     apiVersion: trainer.kubeflow.org/v1alpha1
     resourceKind: TrainJob
+    apiKey: trainer.kubeflow.org/v1alpha1/TrainJob
     container: node
     jobNameLabel: jobset.sigs.k8s.io/jobset-name
     podTargetLabels:
@@ -264,6 +266,7 @@ kinds:
   IndexedJob:
     apiVersion: batch/v1
     resourceKind: Job
+    apiKey: batch/v1/Job
     container: trainer
     jobNameLabel: batch.kubernetes.io/job-name
     podTargetLabels:
@@ -289,4 +292,9 @@ kinds:
     masterPortEnv: KUBEDDP_MASTER_PORT
     nnodesEnv: KUBEDDP_NNODES
     nprocEnv: KUBEDDP_NPROC_PER_NODE
+autoKind: auto
+autoKinds:
+  - TrainJob
+  - PyTorchJob
+  - IndexedJob
 {{- end }}

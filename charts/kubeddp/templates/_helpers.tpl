@@ -165,3 +165,30 @@ the CPU default (env KUBEDDP_CPU_NPROC, else 1) */}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- if kindIs "invalid" .Values.backoffLimit }}{{ $c.defaultBackoffLimit }}{{ else }}{{ .Values.backoffLimit | int }}{{ end }}
 {{- end }}
+
+{{/* timeLimit in whole seconds (each kind's activeDeadlineSeconds); empty when unset. A
+duration is hours, minutes and seconds in that order (90m, 12h, 1h30m); digits alone are
+seconds. */}}
+{{- define "kubeddp.timeLimitSeconds" -}}
+{{- $limit := .Values.timeLimit }}
+{{- if not (kindIs "invalid" $limit) }}
+{{- $seconds := 0 }}
+{{- if kindIs "string" $limit }}
+{{- if regexMatch "^[0-9]+$" $limit }}
+{{- $seconds = atoi $limit }}
+{{- else }}
+{{- $units := dict "h" 3600 "m" 60 "s" 1 }}
+{{- range $part := regexFindAll "[0-9]+[hms]" $limit -1 }}
+{{- $unit := regexFind "[hms]$" $part }}
+{{- $seconds = add $seconds (mul (atoi (trimSuffix $unit $part)) (get $units $unit)) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- $seconds = int64 $limit }}
+{{- end }}
+{{- if lt (int64 $seconds) 1 }}
+{{- fail (printf "`timeLimit` %v is under one second: give a duration such as 90m or 12h, or leave it unset for no limit" $limit) }}
+{{- end }}
+{{- int64 $seconds }}
+{{- end }}
+{{- end }}

@@ -117,7 +117,7 @@ Pod Security level they need */}}
 {{- if and (eq $n.fabric "efa") $n.instanceType (kindIs "invalid" $n.devices) (not (hasKey $c.fabric.efaDevices $n.instanceType)) }}
 {{- fail (printf "`network.instanceType` %s: its EFA count is not in kubeddp's list (%s): set `network.devices` (aws ec2 describe-instance-types --instance-types %s --query 'InstanceTypes[].NetworkInfo.EfaInfo.MaximumEfaInterfaces')" $n.instanceType (join ", " (keys $c.fabric.efaDevices | sortAlpha)) $n.instanceType) }}
 {{- end }}
-{{- if and (eq $n.fabric $c.fabric.hostNetwork) (eq .Values.kind "TrainJob") }}
+{{- if and (eq $n.fabric $c.fabric.hostNetwork) (eq (include "kubeddp.kind" .) "TrainJob") }}
 {{- fail "`network.fabric` hostNetwork cannot be set for kind TrainJob: Trainer v2.3 runtimePatches have no hostNetwork or dnsPolicy; use kind PyTorchJob or IndexedJob, or set them in your runtime" }}
 {{- end }}
 {{- if and (ne .Values.placement.mode "required") (not .Values.placement.topologyKey) }}

@@ -109,24 +109,25 @@ requestsPerGpu x GPUs of the cpu and memory resources names neither as a request
 {{- end }}
 
 {{/* the launch arguments: the built-in trainer reads the config after `--`; a user's own
-program (trainer.script/module) gets everything after `--`, and the config is launch's */}}
+program (trainer.script/module) ends launch's options, as with torchrun: everything after it
+(after the `--` separator here) is the program's, and the config is launch's */}}
 {{- define "kubeddp.args" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $t := .Values.trainer }}
 {{- if or $t.script $t.module }}
 - "--config"
 - {{ $c.configFile }}
+{{- if eq (toString $t.spawnsWorkers) "true" }}
+- "--spawns-workers"
+{{- else if eq (toString $t.spawnsWorkers) "false" }}
+- "--no-spawns-workers"
+{{- end }}
 {{- if $t.script }}
 - "--script"
 - {{ $t.script | toJson }}
 {{- else }}
 - "--module"
 - {{ $t.module | toJson }}
-{{- end }}
-{{- if eq (toString $t.spawnsWorkers) "true" }}
-- "--spawns-workers"
-{{- else if eq (toString $t.spawnsWorkers) "false" }}
-- "--no-spawns-workers"
 {{- end }}
 - "--"
 {{- range $t.args }}
@@ -142,7 +143,7 @@ program (trainer.script/module) gets everything after `--`, and the config is la
 {{/* the container's ports: the kind's rendezvous port (when kubeddp declares it), metrics */}}
 {{- define "kubeddp.ports" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
-{{- $k := index $c.kinds .Values.kind }}
+{{- $k := index $c.kinds (include "kubeddp.kind" .) }}
 {{- if $k.declaresPorts }}
 - name: {{ $k.rendezvousPortName }}
   containerPort: {{ $k.rendezvousPort }}
@@ -204,7 +205,7 @@ sets its own) */}}
 {{- define "kubeddp.container" -}}
 {{- $root := .root -}}
 {{- $c := include "kubeddp.constants" $root | fromYaml }}
-{{- $k := index $c.kinds $root.Values.kind }}
+{{- $k := index $c.kinds (include "kubeddp.kind" $root) }}
 - name: {{ $k.container }}
   image: {{ include "kubeddp.image" $root }}
   imagePullPolicy: {{ include "kubeddp.pullPolicy" $root }}

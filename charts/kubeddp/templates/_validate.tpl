@@ -5,8 +5,10 @@ backticks, which render turns into its options, and says how to fix it.
 */}}
 {{- define "kubeddp.validate" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
-{{- $k := index $c.kinds .Values.kind }}
+{{- $kind := include "kubeddp.kind" . }}
+{{- $k := index $c.kinds $kind }}
 {{- $v := .Values }}
+{{- $shownKind := ternary (printf "%s (picked by kind auto: set `kind` to choose)" $kind) $kind (eq $v.kind $c.autoKind) }}
 {{- $job := include "kubeddp.fullname" . }}
 {{- $nodes := include "kubeddp.nodes" . | int }}
 {{- $nproc := include "kubeddp.nproc" . }}
@@ -22,17 +24,17 @@ backticks, which render turns into its options, and says how to fix it.
 {{- $emptyCollection := and (or (kindIs "slice" $value) (kindIs "map" $value)) (empty $value) }}
 {{- if not (or (kindIs "invalid" $value) (eq (toString $value) "false") (eq (toString $value) "") $emptyCollection) }}
 {{- $shown := ternary (toJson $value) (toString $value) (or (kindIs "slice" $value) (kindIs "map" $value)) }}
-{{- fail (printf "`%s` (%s) cannot be set for kind %s: %s" $path $shown $v.kind $why) }}
+{{- fail (printf "`%s` (%s) cannot be set for kind %s: %s" $path $shown $shownKind $why) }}
 {{- end }}
 {{- end }}
-{{- if and (eq $v.kind "TrainJob") (not $v.trainJob.ownRuntime) (not (kindIs "invalid" $v.backoffLimit)) }}
+{{- if and (eq $kind "TrainJob") (not $v.trainJob.ownRuntime) (not (kindIs "invalid" $v.backoffLimit)) }}
 {{- fail "`backoffLimit` cannot be set for kind TrainJob with `trainJob.ownRuntime` false: Trainer v2.3 runtimePatches have no such field; keep ownRuntime, or set it in your runtime" }}
 {{- end }}
 {{- if and (not (kindIs "invalid" $v.restartPolicy)) (not (has $v.restartPolicy $k.restartPolicies)) }}
-{{- fail (printf "`restartPolicy` %s is not valid for kind %s: use one of %s" $v.restartPolicy $v.kind (join ", " $k.restartPolicies)) }}
+{{- fail (printf "`restartPolicy` %s is not valid for kind %s: use one of %s" $v.restartPolicy $shownKind (join ", " $k.restartPolicies)) }}
 {{- end }}
 {{- if not (or $isCount (has $nproc $k.nprocWords)) }}
-{{- fail (printf "`nprocPerNode` %q is not valid for kind %s: use a count, or one of %s" $nproc $v.kind (join ", " $k.nprocWords)) }}
+{{- fail (printf "`nprocPerNode` %q is not valid for kind %s: use a count, or one of %s" $nproc $shownKind (join ", " $k.nprocWords)) }}
 {{- end }}
 {{- if and (gt (int $v.gpusPerNode) 0) $isCount (gt (atoi $nproc) (int $v.gpusPerNode)) }}
 {{- fail (printf "`nprocPerNode` is %s but `gpusPerNode` is %d: use at most one process per GPU" $nproc (int $v.gpusPerNode)) }}

@@ -55,7 +55,21 @@ def _help(flag: Flag, value: Value) -> str:
     return text.replace("%", "%%")
 
 
-def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = True) -> None:
+SPELLED = "spelled"  # the namespace's map: dest -> the spelling given of an option with aliases
+
+
+class _SpelledStore(argparse._StoreAction):
+    """Stores the value and which spelling was given (`--nodes` for `--nnodes`): an error
+    names the option as the user wrote it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        super().__call__(parser, namespace, values, option_string)
+        spelled = dict(getattr(namespace, SPELLED, None) or {})
+        spelled[self.dest] = option_string
+        setattr(namespace, SPELLED, spelled)
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for flag, value in FLAGS:
         if flag.read == "program-args":
@@ -64,7 +78,7 @@ def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = Tr
             parser.add_argument(
                 "kind",
                 choices=list(KINDS),
-                nargs=None if kind_required else "?",
+                nargs="?",  # not given: render's offline kind, submit's discovered one
                 help=_help(flag, value),
             )
             continue
@@ -79,6 +93,8 @@ def add_render_options(parser: argparse.ArgumentParser, kind_required: bool = Tr
             options["action"] = argparse.BooleanOptionalAction
         elif flag.read in APPENDED:
             options["action"] = "append"
+        elif sum(option.startswith("--") for option in flag.options) > 1:
+            options["action"] = _SpelledStore
         groups[value.group].add_argument(*flag.options, **options)
 
 
@@ -201,15 +217,20 @@ def values_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], Provenan
     """The chart values the given options stand for, and which option set each one."""
     values: dict[str, Any] = {}
     provenance: Provenance = {}
+    spelled = getattr(args, SPELLED, None) or {}
     for flag, value in FLAGS:
         given = getattr(args, "program_args" if flag.read == "program-args" else dest(flag), None)
         if given is None or flag.read.startswith("config-"):
             continue
+        option = spelled.get(dest(flag), flag.name)
         parsed = _read(flag, given)
-        assigned = flag.convert(parsed) if flag.convert else {flag_sets(flag, value)[0]: parsed}
+        try:
+            assigned = flag.convert(parsed) if flag.convert else {flag_sets(flag, value)[0]: parsed}
+        except OptionError as exc:  # it names the option by its name: say the one given
+            raise OptionError(str(exc).replace(flag.name, option, 1)) from None
         for path, item in assigned.items():
             set_path(values, path, item)
-            provenance[path] = flag.name
+            provenance[path] = option
     if args.config is not None or args.set:
         config, config_provenance = trainer_config(args.config, args.set or [])
         values["config"] = config

@@ -32,7 +32,9 @@ class Flag:
 
     @property
     def name(self) -> str:
-        return self.options[-1]
+        """The option's one name (its first long spelling; the others are aliases): errors,
+        the docs and the Python keyword (kubeddp.client) use it."""
+        return next((o for o in self.options if o.startswith("--")), self.options[-1])
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,20 @@ def image_values(reference: str) -> dict[str, Any]:
 
 class OptionError(ValueError):
     """A render option cannot be read; the message starts with the option."""
+
+
+def nnodes_values(text_value: str) -> dict[str, Any]:
+    """torchrun's --nnodes: N pods, or MIN:MAX for an elastic job (as --elastic MIN:MAX)."""
+    if ":" in text_value:
+        low, _, high = text_value.partition(":")
+        if low.isdigit() and high.isdigit():
+            return elastic_values(text_value)
+    elif text_value.isdigit():
+        return {"nodes": int(text_value)}
+    raise OptionError(
+        f"--nnodes: {text_value!r} is neither N nor MIN:MAX; write e.g. --nnodes 4, or "
+        "--nnodes 2:4 for an elastic job"
+    )
 
 
 def elastic_values(text_value: str) -> dict[str, Any]:

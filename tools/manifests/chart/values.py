@@ -29,6 +29,7 @@ from kubeddp.tools.manifests.chart.value_types import (
     k8s,
     k8s_list,
     label_map,
+    nnodes_values,
     pairs,
     pull_secrets,
     resource,
@@ -37,7 +38,7 @@ from kubeddp.tools.manifests.chart.value_types import (
     text,
     volume_values,
 )
-from kubeddp.tools.manifests.kinds import KINDS, MAX_JOB_NAME_LENGTH
+from kubeddp.tools.manifests.kinds import AUTO, AUTO_ORDER, KINDS, MAX_JOB_NAME_LENGTH, OFFLINE_KIND
 from kubeddp.tools.manifests.kinds.pytorchjob import CLEAN_POD_POLICIES, GANG_SCHEDULERS
 from kubeddp.tools.manifests.kinds.trainjob import DEFAULT_RUNTIME, RUNTIME_KINDS
 from kubeddp.trainer import constants as trainer
@@ -92,8 +93,22 @@ def _or_null(schema: dict) -> dict:
 
 
 def _kind_doc(cli: bool = False) -> str:
-    return "the workload: " + "; ".join(
+    kinds = "; ".join(
         f"{kind.name if cli else kind.chart_kind} ({kind.help})" for kind in KINDS.values()
+    )
+    if cli:
+        return (
+            f"the workload: {kinds}. Not given: render writes a {KINDS[OFFLINE_KIND].chart_kind} "
+            "(it reads no cluster; the note on stderr says so), submit the kind the cluster "
+            "serves, as the chart's kind auto"
+        )
+    order = ", then ".join(KINDS[name].chart_kind for name in AUTO_ORDER[:-1])
+    return (
+        f"the workload: {AUTO} (the kind the cluster serves: {order}, else "
+        f"{KINDS[OFFLINE_KIND].chart_kind}; `helm template` sees no cluster and renders "
+        f"{KINDS[OFFLINE_KIND].chart_kind} unless --api-versions names one, e.g. "
+        f"--api-versions {KINDS[AUTO_ORDER[0]].resource.key}; `helm upgrade` keeps the kind of "
+        f"the release's job); {kinds}"
     )
 
 
@@ -160,7 +175,8 @@ SECTIONS = (
     Section(
         "monitoring.prometheusRule",
         "A Prometheus Operator PrometheusRule: alerts on a stalled rank, a straggler, a "
-        "non-finite loss and restarts without progress (docs/diagnostics.md).",
+        "non-finite loss, restarts without progress, and a rank's GPU with XIDs, uncorrectable "
+        "memory errors or slowed-down clocks from dcgm-exporter (docs/diagnostics.md).",
     ),
 )
 
@@ -201,8 +217,8 @@ VALUES: tuple[Value, ...] = (
     ),
     Value(
         path="kind",
-        schema=choice(KIND_NAMES),
-        default=KIND_NAMES[0],
+        schema=choice((AUTO, *KIND_NAMES)),
+        default=AUTO,
         doc=_kind_doc(),
         group=JOB,
         flags=(Flag(("KIND",), read="kind", help=_kind_doc(cli=True)),),
@@ -270,7 +286,16 @@ VALUES: tuple[Value, ...] = (
         doc="pods (nodes) in the job; null = 1, or elastic.maxNodes when elastic. "
         "PyTorchJob: nodes Workers (with pytorchJob.masterReplica: one Master and nodes-1 Workers)",
         group=JOB,
-        flags=(Flag(("--nodes",), read="int"),),
+        flags=(
+            Flag(
+                ("--nnodes", "--nodes"),
+                metavar="N|MIN:MAX",
+                help="pods (nodes) in the job, as torchrun's --nnodes: N, or MIN:MAX for an "
+                "elastic PyTorchJob (--elastic MIN:MAX); --nodes is the same option",
+                sets=("nodes", "elastic.enabled", "elastic.minNodes", "elastic.maxNodes"),
+                convert=nnodes_values,
+            ),
+        ),
     ),
     Value(
         path="nprocPerNode",
@@ -476,6 +501,26 @@ VALUES: tuple[Value, ...] = (
         doc="delete the finished job after this many seconds; null = keep it",
         group=JOB,
         flags=(Flag(("--ttl-seconds-after-finished",), read="int"),),
+    ),
+    Value(
+        path="timeLimit",
+        schema={
+            "anyOf": [
+                {"type": "null"},
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": P.TIME_LIMIT.regex, "minLength": 1},
+            ]
+        },
+        default=None,
+        doc="the longest the job may run: a duration (90m, 12h, 1h30m) or seconds; null = no "
+        "limit. The operator counts from the job's start (creation; again after a resume from "
+        "suspension, e.g. Kueue's admission), time waiting for nodes and retries included; once "
+        "past it stops every pod and fails the job (reason DeadlineExceeded), retries left or "
+        "not. Written as each kind's own field: PyTorchJob runPolicy.activeDeadlineSeconds; "
+        "IndexedJob spec.activeDeadlineSeconds; TrainJob spec.activeDeadlineSeconds (Trainer "
+        "v2.2 and later; it is immutable)",
+        group=JOB,
+        flags=(Flag(("--time-limit",), metavar="DURATION"),),
     ),
     Value(
         path="cleanPodPolicy",

@@ -77,6 +77,9 @@ class JobKind:
     takes: Takes = field(default_factory=dict)  # every chart value but `kind` (tests check)
     companions: tuple[Resource, ...] = ()  # more objects named after the job (deleted with it)
     chart_facts: Mapping[str, Any] = field(default_factory=dict)  # more names its template uses
+    # kind auto (the chart's default): the served kind of lowest rank runs; None: picked only
+    # when no ranked kind is served (the kind that needs no operator)
+    auto_rank: int | None = None
     # (job object, node rank) -> the label selector of that rank's pod (`kubeddp logs
     # --node-rank`); the default: the Job controller's completion index is the node rank
     node_rank_selector: Callable[[dict, int], str] = lambda job, rank: (
@@ -142,3 +145,27 @@ def _discover() -> dict[str, JobKind]:
 KINDS: dict[str, JobKind] = _discover()
 BY_CHART_KIND = {kind.chart_kind: kind for kind in KINDS.values()}
 BY_RESOURCE = {kind.resource.key: kind for kind in KINDS.values()}
+
+# The chart's `kind` value that runs the kind the cluster serves, and how it picks: the first
+# of AUTO_ORDER whose API the cluster serves (by `auto_rank`: Kubeflow Trainer's, then
+# training-operator's), else the last, the kind without a rank (an Indexed Job, whose batch/v1
+# API every cluster serves). `helm template` without
+# --api-versions sees no operator's API, so it renders the last; so does `kubeddp render`
+# without a KIND (it reads no cluster), while `kubeddp submit` asks the cluster (API discovery).
+AUTO = "auto"
+(OFFLINE_KIND,) = [name for name, kind in KINDS.items() if kind.auto_rank is None]
+AUTO_ORDER = (
+    *sorted(
+        (name for name, kind in KINDS.items() if kind.auto_rank is not None),
+        key=lambda name: KINDS[name].auto_rank or 0,
+    ),
+    OFFLINE_KIND,
+)
+
+
+def pick_kind(served: Callable[[Resource], bool]) -> JobKind:
+    """The kind `auto` stands for where `served(resource)` says which APIs the cluster serves."""
+    for name in AUTO_ORDER[:-1]:
+        if served(KINDS[name].resource):
+            return KINDS[name]
+    return KINDS[OFFLINE_KIND]

@@ -34,7 +34,13 @@ TAKES: Takes = {
     **values.ONLY_FOR_PYTORCHJOB,
     **{
         path: Lands((JOB,))
-        for path in ("nprocPerNode", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
+        for path in (
+            "nprocPerNode",
+            "restartPolicy",
+            "backoffLimit",
+            "ttlSecondsAfterFinished",
+            "timeLimit",  # spec.activeDeadlineSeconds
+        )
     },
     **values.ONLY_FOR_TRAINJOB,
 }

@@ -49,6 +49,7 @@ TAKES: Takes = {
     "restartPolicy": Lands((RESOURCE_KIND,)),
     "backoffLimit": Lands((RESOURCE_KIND,)),
     "ttlSecondsAfterFinished": Lands((RESOURCE_KIND,)),
+    "timeLimit": Lands((RESOURCE_KIND,)),  # runPolicy.activeDeadlineSeconds
     **values.ONLY_FOR_TRAINJOB,
 }
 
@@ -209,6 +210,7 @@ KIND = JobKind(
     install_hint=INSTALL,
     restart_policies=RESTART_POLICIES,
     takes=TAKES,
+    auto_rank=1,  # kind auto: training-operator v1 (legacy), where Trainer is not served
     chart_facts={
         "gangSchedulers": GANG_SCHEDULERS,
         "elasticRdzvBackend": ELASTIC_RDZV_BACKEND,

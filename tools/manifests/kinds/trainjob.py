@@ -84,6 +84,7 @@ TAKES: Takes = {
     "trainJob.runtimeKind": Lands((JOB,)),  # with ownRuntime false
     "restartPolicy": Refused(NO_RUNTIME_PATCH),
     "ttlSecondsAfterFinished": Refused(NO_RUNTIME_PATCH),
+    "timeLimit": Lands((JOB,)),  # spec.activeDeadlineSeconds (Trainer v2.2+)
     # refused as pod fields above; said with what to do instead
     "image.pullPolicy": Refused(
         "Trainer v2.3 has no field for it (trainer.image only, and runtimePatches cannot set "
@@ -170,6 +171,7 @@ KIND = JobKind(
     companions=(TRAINING_RUNTIME,),
     nproc_words=("auto",),  # numProcPerNode is an integer; unset = the runtime decides
     takes=TAKES,
+    auto_rank=0,  # kind auto: Kubeflow Trainer, the current operator
     chart_facts={
         "replicatedJob": REPLICATED_JOB,
         "runtimePatchManager": RUNTIME_PATCH_MANAGER,

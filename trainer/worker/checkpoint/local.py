@@ -203,12 +203,13 @@ class LocalStorage:
             return target
         return None
 
-    def write_note(self, name: str, text: str) -> None:
+    def write_note(self, name: str, text: str | bytes) -> None:
         """Written beside and renamed over: a link at `name` is replaced, never followed."""
         tmp = self.root / f"{constants.CHECKPOINT_NOTE_PREFIX}{os.getpid()}"
         tmp.unlink(missing_ok=True)
+        data = text if isinstance(text, bytes) else text.encode()
         try:
-            _write_file(tmp, lambda f: f.write(text.encode()))
+            _write_file(tmp, lambda f: f.write(data))
             os.rename(tmp, self.root / name)
         finally:
             if tmp.exists():

@@ -72,6 +72,7 @@ class CheckpointManager:
         metrics: TrainingMetrics,
         log: Callable[[str], None],
         before_save: Callable[[], None] | None = None,
+        after_save: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.ctx = ctx
@@ -80,6 +81,7 @@ class CheckpointManager:
         self.metrics = metrics
         self.log = log
         self.before_save = before_save  # the loop settles what it keeps on the device
+        self.after_save = after_save  # rank 0, once a save is handed to the writer (the curves)
         self.storage: CheckpointStorage | None = None  # checkpoint.dir, opened by claim
         self.writer: AsyncCheckpointWriter | None = None  # rank 0 only
         self.claimed = False  # rank 0 holds checkpoint.dir as its writer
@@ -157,6 +159,8 @@ class CheckpointManager:
         self.metrics.on_checkpoint(
             duration_seconds=time.perf_counter() - start, timestamp=time.time()
         )
+        if self.after_save is not None:
+            self.after_save()
         return True
 
     def check_writer(self) -> None:

@@ -284,13 +284,13 @@ class S3Storage:
             return None
         return self._url(target_key)
 
-    def write_note(self, name: str, text: str) -> None:
+    def write_note(self, name: str, text: str | bytes) -> None:
         self._call(
             f"writing {name}",
             self.client.put_object,
             Bucket=self.bucket,
             Key=self._key(name),
-            Body=text.encode(),
+            Body=text if isinstance(text, bytes) else text.encode(),
         )
 
 

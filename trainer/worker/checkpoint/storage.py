@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.storage_rules import TENSORBOARD_DIR
 
 CKPT_RE = re.compile(r"^ckpt-(\d{8})$")
 MARKER = constants.CHECKPOINT_MARKER  # written last: a checkpoint without it is ignored
@@ -19,7 +20,8 @@ CONFIG_FILE = "config.yaml"
 # someone else, and a directory holding it is refused (safety.py). Other parts of kubeddp that
 # keep a file beside the checkpoints name it `.kubeddp-*`.
 OWN_PREFIXES = ("ckpt-", constants.CHECKPOINT_TMP_PREFIX, ".kubeddp")
-OWN_NAMES = (CONFIG_FILE, "lost+found")  # lost+found: a fresh ext4 volume has it
+# lost+found: a fresh ext4 volume has it; TENSORBOARD_DIR: rank 0's curves (worker/curves.py)
+OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)
 
 
 class CheckpointError(RuntimeError):
@@ -87,8 +89,9 @@ class CheckpointStorage(Protocol):
         """Remove what killed writers left (temporaries, checkpoints without a marker)."""
         ...
 
-    def write_note(self, name: str, text: str) -> None:
-        """A small file at the top (the effective config copy), replaced atomically."""
+    def write_note(self, name: str, text: str | bytes) -> None:
+        """A small file at the top (the effective config copy; a TensorBoard event file in an
+        object store), replaced atomically."""
         ...
 
     def release(self) -> None:
