@@ -56,9 +56,10 @@ test: setup
 	test $$first -eq 0 && test $$docker -eq 0 && test $$rest -eq 0
 
 # The unit tier, before each commit: tests/unit and tests/lint on every core (pytest-xdist),
-# no root, no docker, no network namespaces; about 3 minutes on 2 cores. It catches the
-# half-done changes of docs/ci-and-testing.md's planted-defect table (a pod field, a metric, a
-# config key, an exit code). FAST_JOBS=N changes the process count.
+# no root, no docker, no network namespaces; about 470 CPU-s (docs/ci-and-testing.md has its
+# wall time on a shared 2-core machine). It catches the half-done changes of
+# docs/ci-and-testing.md's planted-defect table (a pod field, a metric, a config key, an exit
+# code). FAST_JOBS=N changes the process count.
 FAST_JOBS ?= auto
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(FAST_JOBS) tests/unit tests/lint
