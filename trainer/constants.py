@@ -22,6 +22,16 @@ CHECKPOINT_DIR = "/checkpoints"
 CONFIG_FILE = "/etc/kubeddp/config.yaml"
 SCRATCH_DIR = "/tmp"  # metrics multiprocess files, caches, torch compile/inductor dirs
 
+# A checkpoint directory's own names: the writer makes them (trainer/worker/checkpoint/), the
+# pod's side of the keeper and the keeper read them (trainer/keeper/): a checkpoint is a
+# directory with its marker; the rest are the writer's passing files, never sent to a keeper.
+CHECKPOINT_MARKER = "COMPLETE"  # written last: a checkpoint without it is incomplete
+CHECKPOINT_TMP_PREFIX = ".tmp-ckpt-"  # a checkpoint being written, renamed into place whole
+CHECKPOINT_NOTE_PREFIX = ".kubeddp-note-"  # a note being written
+CHECKPOINT_ASIDE_PREFIX = ".kubeddp-aside-"  # a step's previous save while a new one replaces it
+CHECKPOINT_LOCK_FILE = ".kubeddp-writer.lock"  # the one writer's lock
+CHECKPOINT_PROBE = ".kubeddp-probe"  # written and removed: is the storage writable
+
 # With --script/--module (a user's own program) only these config keys still apply (a section
 # alone: all of its keys): launch's metrics endpoint, the SIGTERM grace, retries and
 # diagnostics. launch refuses --set of any other key, the chart refuses those config values.
@@ -33,6 +43,8 @@ PROGRAM_CONFIG_KEYS = (
 # Preemption: workers save within this many seconds of SIGTERM (checkpoint.preempt_grace_seconds'
 # default); pods get more than that (tools/manifests/k8s_names.py TERMINATION_GRACE_PERIOD_SECONDS).
 PREEMPT_GRACE_SECONDS = 60
+# torchrun replaces this in a worker's arguments with the worker's local rank
+LOCAL_RANK_MACRO = "${local_rank}"
 
 # Environment variables kubeddp itself reads (those launch sets for its workers are the
 # process contract's: trainer/process_contract.py)
@@ -76,6 +88,9 @@ KEEPER_TOKEN_KEY = "token"
 # The pod's terminationGracePeriodSeconds, as the manifest gives it: the time a pod stopped by
 # SIGTERM has for its save and its last send to the keeper (default below).
 ENV_TERMINATION_GRACE_SECONDS = "KUBEDDP_TERMINATION_GRACE_SECONDS"
+# The time a finished pod's last send is given beyond its bytes at the planned rate (default
+# 30 s: trainer/keeper/sizing.py SEND_SLACK_SECONDS; tests make it short)
+ENV_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS = "KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS"
 TERMINATION_GRACE_SECONDS = 2 * PREEMPT_GRACE_SECONDS  # the manifests' default
 # Another block size (bytes, 1 MiB to 256 MiB; default 64 MiB) for the digests the checkpoint
 # writer records and the keeper's transfers: smaller blocks make more of them run in parallel
@@ -100,7 +115,10 @@ USER_ENV_SETTINGS = (
     ENV_SKIP_TORCH_CHECK, "KUBEDDP_DEBUG", ENV_TRAINER_STATUS_SECONDS,
     ENV_CHECKPOINT_KEEPER_SAY_SECONDS,
 )  # fmt: skip
-# Diagnostics (trainer/launcher/stall_watch.py): where the stall line goes at exit (tests)
+# Where the kubelet reads a container's termination message (the one-line reason a pod ended:
+# trainer/launcher/retry_budget.py write_termination_message), and the variable that names
+# another file (tests, the emulated cluster)
+TERMINATION_LOG = "/dev/termination-log"
 ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 # The pod's and node's names (downward API in every manifest) name a stalled or slow rank
 ENV_POD_NAME = "POD_NAME"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import socket
 import threading
@@ -129,6 +130,22 @@ def raw_exchange(port: int, data: bytes, timeout: float = 10.0, wait_close: bool
                 if not wait_close:
                     break
         return b"".join(chunks)
+
+
+def one_reply(port: int, data: bytes, timeout: float = 30.0) -> bytes:
+    """Send `data` as is; the keeper's first answer, whole (its status line, headers and the
+    body its Content-Length gives), without waiting for a kept-alive connection to close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        reply = b""
+        while b"\r\n\r\n" not in reply and (chunk := sock.recv(65536)):
+            reply += chunk
+        head = reply.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+        length = re.search(r"(?im)^content-length:\s*(\d+)\s*$", head)
+        want = len(head) + 4 + int(length.group(1)) if length else None  # None: until closed
+        while (want is None or len(reply) < want) and (chunk := sock.recv(65536)):
+            reply += chunk
+        return reply
 
 
 def request_bytes(method: str, target: str, headers: dict[str, str], body: bytes = b"") -> bytes:

@@ -518,7 +518,8 @@ def test_a_finished_run_whose_last_files_cannot_reach_the_keeper_exits_204(
     with keeper_up(tmp_path / "claim", tmp_path, secret) as keeper:
         env = {"KUBEDDP_CHECKPOINT_KEEPER": keeper.url, "KUBEDDP_PROGRAM_IN_CHECKPOINT_DIR": "1",
                "KUBEDDP_CHECKPOINT_KEEPER_TOKEN_FILE": str(secret), "GO": str(go),
-               "KUBEDDP_TERMINATION_GRACE_SECONDS": "3"}  # fmt: skip
+               "KUBEDDP_TERMINATION_GRACE_SECONDS": "3",
+               "KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS": "2"}  # fmt: skip
         (tmp_path / "config.yaml").write_text(f"checkpoint:\n  dir: {ck}\n")
         config = str(tmp_path / "config.yaml")
         argv = procs.kubeddp_argv("launch", "--nproc-per-node", "1", "--config", config,

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from tests.helpers import cli
 from tests.helpers.render import job_of
 
 REPO = Path(__file__).resolve().parents[2]
-KUBEDDP = Path(sys.executable).with_name("kubeddp")
 # What every pod gets from the kubelet, whatever the operator.
 POD_BASE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
@@ -218,15 +214,10 @@ JOBS = {
 }
 
 
-def dry_run(env: dict[str, str], args: list[str]) -> dict:
-    result = subprocess.run(
-        [str(KUBEDDP), "launch", "--dry-run", *args],
-        env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def dry_run(env: dict[str, str], args: list[str], monkeypatch, capsys) -> dict:
+    """`kubeddp launch --dry-run ARGS` with the pod's env and nothing else of this machine's, in
+    this process (tests/helpers/cli.py): a plan needs no process of its own."""
+    result = cli.run(["launch", "--dry-run", *args], monkeypatch, capsys, env)
     assert result.returncode == 0, f"env {env}: {result.stderr}"
     return json.loads(result.stdout)
 
@@ -240,12 +231,11 @@ def _params():
 
 
 @pytest.mark.parametrize("case", list(_params()))
-def test_every_pod_agrees_on_the_rendezvous(case: Case):
+def test_every_pod_agrees_on_the_rendezvous(case: Case, monkeypatch, capsys):
     job = job_of(*case.argv)
     pods = POD_ENVS[job["kind"]](job)
     args = container_args(job)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        plans = list(pool.map(lambda env: dry_run(env, args), pods))
+    plans = [dry_run(env, args, monkeypatch, capsys) for env in pods]
     assert len({p["nnodes"] for p in plans}) == 1
     assert len({p["rdzv_endpoint"] for p in plans}) == 1
     assert len({p["world_size"] for p in plans}) == 1

@@ -3,6 +3,7 @@ the README's "Exit codes" section links it."""
 
 from __future__ import annotations
 
+import ast
 import re
 import types
 from pathlib import Path
@@ -63,3 +64,81 @@ def test_every_exit_code_constant_has_its_table_row() -> None:
     unused = next(code for code in range(200, 256) if code not in exit_codes.BY_CODE)
     forgot = types.SimpleNamespace(**vars(exit_codes), SLOW_STORAGE=unused)  # no row for it
     assert set(code_constants(forgot).values()) - set(exit_codes.BY_CODE) == {unused}
+
+
+# ---- Every code of the table is one that something ends with (issue 38): a row with nothing
+# behind it documents an end no pod or command can reach. A use counts when the constant is
+# returned, raised, exited with, passed or assigned (`return exit_codes.X`, `os._exit(X)`,
+# `Outcome(X)`, `code = X`, `exit_code = X`); comparing with it (`==`, `in`), listing it in a
+# table of codes (a tuple, a set), naming it in text (an f-string, `describe(X)`) and the
+# generators of the docs (tools/generate/) do not end anything.
+PRODUCT = ("trainer", "tools", "kubeddp")
+NOT_AN_END = (ast.Compare, ast.FormattedValue, ast.Tuple, ast.List, ast.Set)
+
+
+def _ends_with(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    parent = parents[node]
+    if isinstance(parent, NOT_AN_END):
+        return False
+    if isinstance(parent, ast.Call) and node in parent.args:
+        name = parent.func.attr if isinstance(parent.func, ast.Attribute) else ""
+        return getattr(parent.func, "id", name) != "describe"
+    return True
+
+
+def codes_ended_with(sources: dict[str, str], names: set[str]) -> set[str]:
+    """The names of `names` (exit_codes constants) that one of `sources` ends with."""
+    found = set()
+    for path, source in sources.items():
+        tree = ast.parse(source, path)
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                named = node.attr
+            elif isinstance(node, ast.Name):
+                named = node.id
+            else:
+                continue
+            if named in names and _ends_with(node, parents):
+                found.add(named)
+    return found
+
+
+def product_sources() -> dict[str, str]:
+    """The product's modules that may end with a code (not the table, not the generators)."""
+    skip = ("trainer/exit_codes.py", "tools/generate/")
+    return {
+        rel: path.read_text()
+        for folder in PRODUCT
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if not (rel := path.relative_to(REPO).as_posix()).startswith(skip)
+    }
+
+
+def test_every_exit_code_is_one_something_ends_with() -> None:
+    names = set(code_constants(exit_codes))
+    never = sorted(names - codes_ended_with(product_sources(), names))
+    assert not never, (
+        "these exit codes are in trainer/exit_codes.py's TABLE (and docs/exit-codes.md) but no "
+        "module returns, raises or exits with them: wire each where that end happens, or remove "
+        "its constant and row (then make chart):\n" + "\n".join(never)
+    )
+
+
+def test_the_ends_check_tells_an_end_from_a_mention() -> None:
+    # It must be able to fail: only the first three end anything.
+    source = """
+from kubeddp.trainer import exit_codes
+from kubeddp.trainer.exit_codes import STALLED
+
+def run(code):
+    if code == exit_codes.PEER_FAILED or code in (exit_codes.KILLED,):
+        print(f"{exit_codes.PREEMPTED}", exit_codes.describe(exit_codes.NONFINITE))
+        return exit_codes.OK
+    raise SystemExit(exit_codes.BAD_INPUT)
+
+class Failure(Exception):
+    exit_code = STALLED
+"""
+    names = set(code_constants(exit_codes))
+    assert codes_ended_with({"t.py": source}, names) == {"OK", "BAD_INPUT", "STALLED"}

@@ -1,9 +1,11 @@
 """The checkpoint keeper as the manifests wire it, for every kind: the job's secret (a Secret the
 chart makes once, mounted read-only in the keeper's pod and every training pod), the
 NetworkPolicy that admits only the job's training pods, the keeper's placement and resources,
-and the training pods' grace period and emptyDir, computed by the chart from the constants of
-trainer/keeper/sizing.py: the numbers must be that module's for any size, and a
-constant changed there must reach the chart (the storage rules' way: test_storage_rules.py)."""
+and the training pods' grace period and emptyDir, computed by the chart (templates/_keeper.tpl,
+the one place that does those sums) from the constants of trainer/keeper/sizing.py: for any size
+the grace period must leave the last send launch plans and no more than a second over, the
+emptyDir must hold what the pod keeps, and a constant changed there must reach the chart (the
+storage rules' way: test_storage_rules.py)."""
 
 from __future__ import annotations
 
@@ -70,14 +72,26 @@ def env_of(container: dict) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
-def planned(size: str, keep: int, grace: float) -> tuple[int, str, dict]:
-    """What keeper_sizing says for a claim of `size` (the Kubernetes client's own parser)."""
-    checkpoint = sizing.checkpoint_bytes_of_claim(float(parse_quantity(size)), keep)
-    return (
-        sizing.termination_grace_seconds(grace, checkpoint),
-        sizing.empty_dir_size_limit(checkpoint, keep),
-        sizing.keeper_resources(checkpoint),
-    )
+def largest_checkpoint(size: str, keep: int) -> float:
+    """The largest checkpoint a claim of `size` holds: `keep` committed and one more being
+    received (the Kubernetes client's own quantity parser)."""
+    return float(parse_quantity(size)) / (keep + 1)
+
+
+def check_sizes(pod: dict, size: str, keep: int, grace: float) -> None:
+    """The pod's grace period leaves launch the send of the largest checkpoint after the save
+    (sizing.send_after_signal_seconds, what launch gives its last send), rounded up to a whole
+    second; its emptyDir holds the newest fetched, `keep` written, one being written and a
+    script's own files, rounded up to a MiB."""
+    checkpoint = largest_checkpoint(size, keep)
+    seconds = pod["terminationGracePeriodSeconds"]
+    left = sizing.send_after_signal_seconds(seconds, grace)
+    assert sizing.final_send_seconds(checkpoint) <= left < sizing.final_send_seconds(checkpoint) + 1
+    checkpoints = {v["name"]: v for v in pod["volumes"]}["checkpoints"]
+    limit = checkpoints["emptyDir"]["sizeLimit"]
+    assert checkpoints["emptyDir"] == {"sizeLimit": limit} and limit.endswith("Mi"), limit
+    needed = (keep + 2) * checkpoint + sizing.SCRIPT_FILES_BYTES
+    assert needed <= int(limit[:-2]) * 2**20 < needed + 2**20, (size, limit)
 
 
 SIZES = [("10Gi", 3, 60.0), ("1.5Gi", 1, 30.0), ("500M", 5, 60.0), ("3e9", 2, 90.5),
@@ -86,26 +100,24 @@ SIZES = [("10Gi", 3, 60.0), ("1.5Gi", 1, 30.0), ("500M", 5, 60.0), ("3e9", 2, 90
 
 @pytest.mark.parametrize("kind", KIND_NAMES)
 @pytest.mark.parametrize(("size", "keep", "grace"), SIZES)
-def test_the_grace_period_empty_dir_and_keeper_resources_are_keeper_sizings(
+def test_the_grace_period_leaves_launchs_last_send_and_the_empty_dir_holds_the_pods_files(
     kind: str, size: str, keep: int, grace: float
 ) -> None:
     config = {"checkpoint": {"keep": keep, "preempt_grace_seconds": grace}}
     docs = objects({"kind": kind, "checkpoints": {"size": size}, "config": config})
-    seconds, limit, resources = planned(size, keep, grace)
     for template in pod_templates(job_of(docs)):
         pod = template["spec"]
-        assert pod["terminationGracePeriodSeconds"] == seconds, size
+        check_sizes(pod, size, keep, grace)
+        seconds = pod["terminationGracePeriodSeconds"]
         (container,) = pod["containers"]
         env = env_of(container)
         if kind != "TrainJob":  # a TrainJob's env is in its trainer, below
             assert env[C.ENV_TERMINATION_GRACE_SECONDS] == str(seconds)
-        checkpoints = {v["name"]: v for v in pod["volumes"]}["checkpoints"]
-        assert checkpoints["emptyDir"] == {"sizeLimit": limit}, size
     if kind == "TrainJob":
         env = env_of(job_of(docs)["spec"]["trainer"])
         assert env[C.ENV_TERMINATION_GRACE_SECONDS] == str(seconds)
     (keeper,) = keeper_pod(docs)["spec"]["containers"]
-    assert keeper["resources"] == resources
+    assert keeper["resources"] == sizing.keeper_resources()
     assert keeper["args"][keeper["args"].index("--keep") + 1] == str(keep)
 
 
@@ -138,11 +150,10 @@ def test_a_constant_changed_in_keeper_sizing_reaches_the_chart(
     monkeypatch.setattr(sizing, "KEEPER_MEMORY_MIB", 1024)
     monkeypatch.setattr(sizing, "SCRIPT_FILES_BYTES", 8 * 2**30)
     after = objects(values, chart_from_sizing(tmp_path / "after"))
-    seconds, limit, resources = planned("40Gi", 3, C.PREEMPT_GRACE_SECONDS)
     (pod,) = [t["spec"] for t in pod_templates(job_of(after))]
-    assert pod["terminationGracePeriodSeconds"] == seconds
-    assert {v["name"]: v for v in pod["volumes"]}["checkpoints"]["emptyDir"]["sizeLimit"] == limit
-    assert keeper_pod(after)["spec"]["containers"][0]["resources"] == resources
+    check_sizes(pod, "40Gi", 3, C.PREEMPT_GRACE_SECONDS)
+    resources = keeper_pod(after)["spec"]["containers"][0]["resources"]
+    assert resources == sizing.keeper_resources()
     assert resources["requests"]["memory"] == "1024Mi"
     assert job_of(before) != job_of(after)  # the constants moved the chart, not a coincidence
 
@@ -320,3 +331,20 @@ def test_helm_keeps_the_secret_a_running_job_uses(release, tmp_path: Path) -> No
             tokens.append(secret["data"][C.KEEPER_TOKEN_KEY])
     assert tokens[0] == kept
     assert tokens[1] != kept and len(base64.b64decode(tokens[1])) == 32
+
+
+def test_the_docs_give_the_charts_grace_periods() -> None:
+    """docs/checkpoints.md states the sum and two of its results: they are the chart's (a
+    constant changed in sizing.py, or a sum changed in _keeper.tpl, must reach the page)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md").read_text()
+    page = " ".join(page.split())
+    s = sizing
+    formula = (
+        f"preempt grace + {s.SHUTDOWN_MARGIN_SECONDS:g} s + {s.SEND_SLACK_SECONDS:g} s + size / "
+        f"{s.FLOOR_BYTES_PER_SECOND / 1e6:g} MB/s + {s.KILL_MARGIN_SECONDS:g} s"
+    )
+    assert formula in page
+    for gib, said in ((4, "277 s for a 4 GiB checkpoint"), (10, "535 s for 10 GiB")):
+        values = {"kind": "IndexedJob", "checkpoints": {"size": f"{4 * gib}Gi"}}  # keep 3: /4
+        (pod,) = [t["spec"] for t in pod_templates(job_of(objects(values)))]
+        assert said in page and said.startswith(f"{pod['terminationGracePeriodSeconds']} s ")

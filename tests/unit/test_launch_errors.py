@@ -1,7 +1,8 @@
 """`kubeddp launch --dry-run` as a user or a pod runs it: the JSON plan, and one-line errors.
 
-Each case runs the real command in a subprocess with a controlled environment (nothing of this
-machine's env leaks in but PATH/HOME); KUBEDDP_DRY_RUN_GPUS pretends that many GPUs exist.
+Each case runs the command with a controlled environment (nothing of this machine's env leaks in
+but PATH/HOME); KUBEDDP_DRY_RUN_GPUS pretends that many GPUs exist. The cases run kubeddp's main
+in this process (tests/helpers/cli.py); one runs the command as a process too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 import pytest
 
+from tests.helpers import cli
 from tests.helpers.pod_env import (
     elastic_pod,
     indexedjob_pod,
@@ -45,7 +47,7 @@ PLAN_KEYS = {
 }
 
 
-def launch(env: dict[str, str], *args: str, gpus: int = 0) -> subprocess.CompletedProcess[str]:
+def launch_process(env: dict[str, str], *args: str, gpus: int = 0) -> subprocess.CompletedProcess:
     base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
     full_env = {**base, "KUBEDDP_DRY_RUN_GPUS": str(gpus), **env}
     return subprocess.run(
@@ -57,8 +59,16 @@ def launch(env: dict[str, str], *args: str, gpus: int = 0) -> subprocess.Complet
     )
 
 
-def dry_run(env: dict[str, str], *args: str, gpus: int = 0) -> dict:
-    done = launch(env, "--dry-run", *args, gpus=gpus)
+@pytest.fixture
+def launch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(env: dict[str, str], *args: str, gpus: int = 0) -> subprocess.CompletedProcess:
+        full_env = {"KUBEDDP_DRY_RUN_GPUS": str(gpus), **env}
+        return cli.run(["launch", *args], monkeypatch, capsys, full_env)
+
+    return run
+
+
+def planned(done: subprocess.CompletedProcess) -> dict:
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -91,28 +101,31 @@ CASES = {
 
 
 @pytest.mark.parametrize("source", sorted(CASES))
-def test_dry_run_json_keys_and_types(source) -> None:
+def test_dry_run_json_keys_and_types(launch, source) -> None:
     env, gpus = CASES[source]
-    plan = dry_run(env, "--", "--config", "/etc/kubeddp/config.yaml", gpus=gpus)
+    plan = planned(
+        launch(env, "--dry-run", "--", "--config", "/etc/kubeddp/config.yaml", gpus=gpus)
+    )
     check_plan_types(plan)
     assert plan["source"] == source
     assert plan["argv"][-1] == "kubeddp.trainer.worker"  # the config: in the workers' env
 
 
 def test_dry_run_pytorchjob_worker_with_gpus() -> None:
-    plan = dry_run(pytorchjob_pod("Worker", 0, 1, "auto"), gpus=2)
+    """As a pod runs it: the command as its own process."""
+    plan = planned(launch_process(pytorchjob_pod("Worker", 0, 1, "auto"), "--dry-run", gpus=2))
     assert plan["nproc_per_node"] == 2 and plan["node_rank"] == 1 and plan["world_size"] == 4
     assert plan["argv"][0] == "torchrun"
     assert "--nproc-per-node=2" in plan["argv"]
 
 
-def test_dry_run_auto_on_cpu_node_is_one_worker() -> None:
-    plan = dry_run(pytorchjob_pod("Master", 0, 3, "auto"))
+def test_dry_run_auto_on_cpu_node_is_one_worker(launch) -> None:
+    plan = planned(launch(pytorchjob_pod("Master", 0, 3, "auto"), "--dry-run"))
     assert plan["nproc_per_node"] == 1 and plan["world_size"] == 4
 
 
-def test_dry_run_flags_reach_the_plan() -> None:
-    plan = dry_run({}, "--nproc-per-node", "3", "--max-restarts", "2")
+def test_dry_run_flags_reach_the_plan(launch) -> None:
+    plan = planned(launch({}, "--dry-run", "--nproc-per-node", "3", "--max-restarts", "2"))
     assert plan["nproc_per_node"] == 3 and plan["world_size"] == 3
     assert "--max-restarts=2" in plan["argv"]
 
@@ -142,7 +155,7 @@ ERRORS = {
 
 
 @pytest.mark.parametrize("case", sorted(ERRORS))
-def test_inconsistent_env_exits_with_one_line(case) -> None:
+def test_inconsistent_env_exits_with_one_line(launch, case) -> None:
     env, mentions = ERRORS[case]
     done = launch(env, "--dry-run")
     assert done.returncode == 2, done

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeddp.trainer import exit_codes, process_contract
+from kubeddp.trainer import constants, exit_codes, process_contract
 from kubeddp.trainer.launcher import retry_budget
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, progress_marker
 
@@ -116,7 +116,7 @@ def test_termination_message_only_where_the_kubelet_made_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = tmp_path / "termination-log"
-    monkeypatch.setenv(retry_budget.ENV_TERMINATION_LOG, str(log))
+    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(log))
     retry_budget.write_termination_message("not written: no such file")
     assert not log.exists()
     log.write_text("")

@@ -27,7 +27,7 @@ from kubeddp.trainer.script_check.checks import (
 )
 from kubeddp.trainer.script_check.source import MAX_SCRIPT_BYTES
 from kubeddp.trainer.script_check.spawn import spawns_workers, spawns_workers_in
-from tests.helpers import procs
+from tests.helpers import cli, procs
 
 SCRIPTS = procs.REPO / "tests" / "tutorial_scripts"
 MACRO_ARGS = ["--local_rank=${local_rank}"]
@@ -250,7 +250,18 @@ def run_check(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_cli_output_severity_line_and_exit_codes() -> None:
+@pytest.fixture
+def kubeddp(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """`kubeddp ARGS` in this process (tests/helpers/cli.py): what a command prints and refuses
+    needs no process of its own. A file that could hang a read is checked by a process of its
+    own (run_check above), which its timeout can end."""
+    return lambda *args: cli.run(list(args), monkeypatch, capsys)
+
+
+def test_cli_output_severity_line_and_exit_codes(kubeddp) -> None:
+    def run_check(*args: str) -> subprocess.CompletedProcess:
+        return kubeddp("check", *args)
+
     advice = run_check(str(SCRIPTS / "tcp_init.py"))
     assert advice.returncode == exit_codes.OK, advice.stderr
     assert re.fullmatch(
@@ -343,14 +354,7 @@ def test_a_fifo_with_a_writer_waiting_is_refused_too(tmp_path: Path) -> None:
     assert not writer.is_alive()
 
 
-def kubeddp(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kubeddp", *args],
-        capture_output=True, text=True, timeout=120, cwd=procs.REPO,
-    )  # fmt: skip
-
-
-def test_train_warns_the_pitfalls_check_finds() -> None:
+def test_train_warns_the_pitfalls_check_finds(kubeddp) -> None:
     train = kubeddp("train", "--dry-run", "--script", str(SCRIPTS / "snapshot_outside.py"))
     assert train.returncode == 0, train.stderr
     warned = [line for line in train.stderr.splitlines() if "warning:" in line]
@@ -359,7 +363,7 @@ def test_train_warns_the_pitfalls_check_finds() -> None:
     ], train.stderr  # the fixed port is advice: check shows it, train does not
 
 
-def test_dry_run_plans_a_spawning_script_once_and_previews_an_image_path() -> None:
+def test_dry_run_plans_a_spawning_script_once_and_previews_an_image_path(kubeddp) -> None:
     spawn = kubeddp(
         "train", "--dry-run", "--nproc", "2", "--script", str(SCRIPTS / "spawn_multigpu.py")
     )
@@ -377,7 +381,7 @@ RENDER = ["render", "pytorchjob", "--name", "sp", "--image", "kubeddp:cpu",
           "--validate-against", "offline"]  # fmt: skip
 
 
-def test_render_refuses_a_spawning_program_on_several_nodes_as_launch_does() -> None:
+def test_render_refuses_a_spawning_program_on_several_nodes_as_launch_does(kubeddp) -> None:
     """One decision: render (and submit, through the same code) refuse with launch's line,
     where the manifest was printed with a warning and every pod then exited 2."""
     one = kubeddp(*RENDER, "--nodes", "1", "--spawns-workers", "--script", "/app/s.py", "--", "4")

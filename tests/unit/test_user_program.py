@@ -2,8 +2,9 @@
 torchrun: the dry-run command line, the one-line errors for bad input, the runner's fidelity to
 `python` (argv, __main__, sys.path[0], exit codes, SIGTERM), and kubeddp.api's cheap import.
 
-Real processes throughout; the ones that need several workers are in
-tests/integration/test_user_script.py.
+The runner runs as real processes throughout (what it must match is `python`'s own process);
+launch's plans and refusals run in this process, one of them as the command's own process too.
+The runs that need several workers are in tests/integration/test_user_script.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kubeddp.trainer import exit_codes
 from kubeddp.trainer.launcher.program_options import torchrun_worker_args
 from kubeddp.trainer.process_contract import resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE, Program
+from tests.helpers import cli
 from tests.helpers.procs import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,7 +43,8 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**base, **(extra or {})}
 
 
-def kubeddp(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def kubeddp_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`kubeddp ARGS` as its own process: what the console command does."""
     return subprocess.run(
         [sys.executable, "-m", "kubeddp", *args],
         env=clean_env({"KUBEDDP_DRY_RUN_GPUS": "0"}),
@@ -50,6 +53,19 @@ def kubeddp(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         text=True,
         timeout=60,
     )
+
+
+@pytest.fixture
+def kubeddp(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """`kubeddp ARGS` in this process, in the clean environment and working directory a
+    process would get: planning and refusing need no process of their own (kubeddp_process
+    above proves the command runs as one)."""
+
+    def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+        env = {"KUBEDDP_DRY_RUN_GPUS": "0", **(env or {})}
+        return cli.run(list(args), monkeypatch, capsys, env, cwd)
+
+    return run
 
 
 def runner(
@@ -86,7 +102,7 @@ def programs(tmp_path: Path) -> Path:
 
 def test_dry_run_shows_the_program_and_its_arguments_as_written(programs: Path) -> None:
     args = ["--lr=${local_rank}", "two words", "--flag", "--", "cost$5", "$$"]
-    done = kubeddp("train", "--nproc", "2", "--dry-run", "--script", "show.py", "--", *args,
+    done = kubeddp_process("train", "--nproc", "2", "--dry-run", "--script", "show.py", "--", *args,
                    cwd=programs)  # fmt: skip
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)["argv"]
@@ -107,7 +123,7 @@ def test_torchrun_gives_the_program_its_arguments_exactly() -> None:
     assert received == ["script", "t.py", "--lr=3", "a$b", "$$", "${other}", "$local_rank", "xxx"]
 
 
-def test_module_form_and_launch_options_stay_launchs(programs: Path) -> None:
+def test_module_form_and_launch_options_stay_launchs(kubeddp, programs: Path) -> None:
     done = kubeddp(
         "launch", "--dry-run", "--set", "metrics.port=0", "--set",
         "checkpoint.preempt_grace_seconds=5", "--module", "mypkg.train", "--config", "mine.yaml",
@@ -121,7 +137,7 @@ def test_module_form_and_launch_options_stay_launchs(programs: Path) -> None:
     ]  # fmt: skip
 
 
-def test_a_module_in_directories_without_init_is_found(programs: Path) -> None:
+def test_a_module_in_directories_without_init_is_found(kubeddp, programs: Path) -> None:
     """`-m tests.integration.train` where neither directory has __init__.py (namespace
     packages, as in many repos): found without importing its parents."""
     nested = programs / "ns" / "inner"
@@ -135,7 +151,7 @@ def test_a_module_in_directories_without_init_is_found(programs: Path) -> None:
     assert "--module ns.inner.nope: cannot import it" in missing.stderr
 
 
-def test_built_in_trainer_still_takes_config_after_dash() -> None:
+def test_built_in_trainer_still_takes_config_after_dash(kubeddp) -> None:
     """The manifests' `-- --config FILE` is launch's; the workers get the loaded config in
     their environment, so their command line ends with the worker module."""
     done = kubeddp("launch", "--dry-run", "--", "--config", "/etc/kubeddp/config.yaml")
@@ -165,7 +181,9 @@ BAD_INPUT = {
 
 @pytest.mark.parametrize("case", BAD_INPUT)
 @pytest.mark.parametrize("command", ["train", "launch"])
-def test_bad_program_input_is_one_line_and_exit_2(programs: Path, case: str, command: str):
+def test_bad_program_input_is_one_line_and_exit_2(
+    kubeddp, programs: Path, case: str, command: str
+) -> None:
     args, mentions = BAD_INPUT[case]
     done = kubeddp(command, *args, "--", "--epochs", "1", cwd=programs)
     assert done.returncode == exit_codes.BAD_INPUT, done
@@ -179,13 +197,10 @@ def test_bad_program_input_is_one_line_and_exit_2(programs: Path, case: str, com
 # --- bare metal: --nnodes/--node-rank/--master-addr -----------------------------------------
 
 
-def test_bare_metal_static_flags_win_over_the_env() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "kubeddp", "train", "--dry-run", "--nproc", "2", "--nnodes", "2",
-         "--node-rank", "1", "--master-addr", "host-a", "--master-port", "29600"],
-        env=clean_env({"MASTER_ADDR": "other", "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "1"}),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def test_bare_metal_static_flags_win_over_the_env(kubeddp) -> None:
+    env = {"MASTER_ADDR": "other", "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "1"}
+    done = kubeddp("train", "--dry-run", "--nproc", "2", "--nnodes", "2", "--node-rank", "1",
+                   "--master-addr", "host-a", "--master-port", "29600", env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert (plan["source"], plan["nnodes"], plan["node_rank"], plan["world_size"]) == (
@@ -195,7 +210,7 @@ def test_bare_metal_static_flags_win_over_the_env() -> None:
     assert "--master-addr=host-a" in plan["argv"] and "--node-rank=1" in plan["argv"]
 
 
-def test_bare_metal_elastic_flags() -> None:
+def test_bare_metal_elastic_flags(kubeddp) -> None:
     done = kubeddp("launch", "--dry-run", "--nnodes", "1:3", "--rdzv-endpoint", "host-a:29400",
                    "--rdzv-id", "run7", "--script", "examples/ddp_train.py")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -224,7 +239,7 @@ NODE_FLAG_ERRORS = {
 
 
 @pytest.mark.parametrize("case", NODE_FLAG_ERRORS)
-def test_bad_node_flags_are_one_line(case: str) -> None:
+def test_bad_node_flags_are_one_line(kubeddp, case: str) -> None:
     args, mention = NODE_FLAG_ERRORS[case]
     done = kubeddp("train", "--dry-run", *args)
     assert done.returncode == exit_codes.BAD_INPUT, done
@@ -232,7 +247,7 @@ def test_bad_node_flags_are_one_line(case: str) -> None:
     assert len(lines) == 1 and mention in lines[0], done.stderr
 
 
-def test_one_node_without_a_host_is_standalone() -> None:
+def test_one_node_without_a_host_is_standalone(kubeddp) -> None:
     done = kubeddp("train", "--dry-run", "--nnodes", "1")
     assert done.returncode == 0 and json.loads(done.stdout)["source"] == "standalone"
 

@@ -102,22 +102,25 @@ PYTORCHJOB_ONLY = [
 ]  # fmt: skip
 
 
-def rendered_jobs() -> list[dict]:
-    return [
-        job_of(kind, "--name", "job", *options)
-        for kind, options in itertools.chain(
-            itertools.product(["pytorchjob", "trainjob"], OPTION_SETS),
-            itertools.product(["pytorchjob"], PYTORCHJOB_ONLY),
-        )
-    ]
+# What is rendered, by index (rendered when its test runs, not when the tests are collected:
+# every pytest-xdist process collects every module)
+JOBS = list(
+    itertools.chain(
+        itertools.product(["pytorchjob", "trainjob"], OPTION_SETS),
+        itertools.product(["pytorchjob"], PYTORCHJOB_ONLY),
+    )
+)
 
 
-JOBS = rendered_jobs()
+@functools.cache
+def rendered(kind: str, *options: str) -> dict:
+    return job_of(kind, *options)
 
 
 @pytest.mark.parametrize("index", range(len(JOBS)))
 def test_every_rendered_job_passes_offline_and_crd(index, validators):
-    job = JOBS[index]
+    kind, options = JOBS[index]
+    job = rendered(kind, "--name", "job", *options)
     assert job["kind"] in CRD_FILES
     assert crd_errors(validators, job) == []
     assert validate_documents([job]) == []
@@ -164,7 +167,7 @@ BAD_EDITS = [
     ids=[f"{k}-{'.'.join(map(str, w[-2:]))}.{f}" for k, w, f, _ in BAD_EDITS],
 )
 def test_bad_manifests_fail_offline_and_crd(kind, where, key, value, validators):
-    job = copy.deepcopy(job_of(kind, "--name", "job", "--nodes", "3"))
+    job = copy.deepcopy(rendered(kind, "--name", "job", "--nodes", "3"))
     at(job, where)[key] = value
     assert crd_errors(validators, job), "the CRD accepts it: not a bad case"
     problems = validate_documents([job])

@@ -4,6 +4,7 @@ reported as one line with the document kind/name and the field path."""
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import sys
 
@@ -15,8 +16,14 @@ from tests.helpers import render
 from tests.helpers.manifest_paths import PYTORCHJOB_REPLICAS, TRAINJOB_POD
 
 
-def job_of(kind: str, *options: str) -> dict:
+@functools.cache
+def _rendered(kind: str, *options: str) -> dict:
     return render.job_of(kind, "--name", "demo", *options)
+
+
+def job_of(kind: str, *options: str) -> dict:
+    """The job rendered with `options` (once per process: each case changes its own copy)."""
+    return copy.deepcopy(_rendered(kind, *options))
 
 
 def pytorchjob(*options: str) -> dict:
@@ -58,116 +65,126 @@ def _delete(path: list):
 
 
 REPLICAS = PYTORCHJOB_REPLICAS
+# case -> (the job, rendered when the case runs: every pytest-xdist process collects every
+# module; the change that breaks it; the field path the one line must name)
 BAD = {
     "master-replicas-2": (
-        with_master("--nodes", "2"),
+        lambda: with_master("--nodes", "2"),
         _set([*REPLICAS, "Master", "replicas"], 2),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
     "master-replicas-implicit": (
-        with_master("--nodes", "2"),
+        lambda: with_master("--nodes", "2"),
         _delete([*REPLICAS, "Master", "replicas"]),
         "spec.pytorchReplicaSpecs.Master.replicas",
     ),
     "no-replicas": (
-        pytorchjob("--nodes", "2"),
+        lambda: pytorchjob("--nodes", "2"),
         _set(REPLICAS, {}),
         "spec.pytorchReplicaSpecs",
     ),
     "master-container-name": (
-        with_master("--nodes", "2"),
+        lambda: with_master("--nodes", "2"),
         lambda d: first_container(d, "Master").update(name="main"),
         "spec.pytorchReplicaSpecs.Master.template.spec.containers",
     ),
     "replica-key": (
-        pytorchjob("--nodes", "2"),
+        lambda: pytorchjob("--nodes", "2"),
         lambda d: d["spec"]["pytorchReplicaSpecs"].update(
             Chief=d["spec"]["pytorchReplicaSpecs"]["Worker"]
         ),
         "spec.pytorchReplicaSpecs.Chief",
     ),
     "container-name": (
-        pytorchjob(),
+        lambda: pytorchjob(),
         lambda d: first_container(d).update(name="main"),
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers",
     ),
-    "job-name": (pytorchjob(), _set(["metadata", "name"], "Demo_Job"), "metadata.name"),
+    "job-name": (lambda: pytorchjob(), _set(["metadata", "name"], "Demo_Job"), "metadata.name"),
     "restart-policy": (
-        pytorchjob(),
+        lambda: pytorchjob(),
         _set([*REPLICAS, "Worker", "restartPolicy"], "Sometimes"),
         "spec.pytorchReplicaSpecs.Worker.restartPolicy",
     ),
     "clean-pod-policy": (
-        pytorchjob(),
+        lambda: pytorchjob(),
         _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
         "spec.runPolicy.cleanPodPolicy",
     ),
-    "nproc": (pytorchjob(), _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
+    "nproc": (lambda: pytorchjob(), _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
     "rdzv-backend": (
-        pytorchjob("--elastic", "2:4"),
+        lambda: pytorchjob("--elastic", "2:4"),
         _set(["spec", "elasticPolicy", "rdzvBackend"], "zookeeper"),
         "spec.elasticPolicy.rdzvBackend",
     ),
     "elastic-master": (
-        pytorchjob("--elastic", "2:4"),
+        lambda: pytorchjob("--elastic", "2:4"),
         lambda d: d["spec"]["pytorchReplicaSpecs"].update(
             Master=dict(d["spec"]["pytorchReplicaSpecs"]["Worker"], replicas=1)
         ),
         "spec.pytorchReplicaSpecs.Master",
     ),
     "elastic-min-max": (
-        pytorchjob("--elastic", "2:4"),
+        lambda: pytorchjob("--elastic", "2:4"),
         _set(["spec", "elasticPolicy", "minReplicas"], 5),
         "spec.elasticPolicy",
     ),
     "pytorchjob-unknown-field": (
-        pytorchjob(),
+        lambda: pytorchjob(),
         _set(["spec", "runPolicy", "cleanup"], "All"),
         "spec.runPolicy.cleanup",
     ),
     "pytorchjob-wrong-type": (
-        pytorchjob("--nodes", "3"),
+        lambda: pytorchjob("--nodes", "3"),
         _set([*REPLICAS, "Worker", "replicas"], "2"),
         "spec.pytorchReplicaSpecs.Worker.replicas",
     ),
     "pod-unknown-field": (
-        pytorchjob(),
+        lambda: pytorchjob(),
         lambda d: first_container(d).update(gpu=1),
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].gpu",
     ),
     "trainjob-reserved-env": (
-        job_of("trainjob", "--env", "NNODES=3"),  # render refuses PET_*: written by hand
+        lambda: job_of("trainjob", "--env", "NNODES=3"),  # render refuses PET_*: written by hand
         lambda d: d["spec"]["trainer"]["env"][0].update(name="PET_NNODES"),
         "spec.trainer.env[0].name",
     ),
     "trainjob-container-name": (
-        job_of("trainjob"),
+        lambda: job_of("trainjob"),
         _set([*TRAINJOB_POD, "containers", 0, "name"], "trainer"),
         "containers[0].name",
     ),
     "trainjob-unknown-field": (
-        job_of("trainjob"),
+        lambda: job_of("trainjob"),
         _set([*TRAINJOB_POD, "priorityClassName"], "x"),
         "template.spec.priorityClassName",
     ),
     "trainjob-wrong-type": (
-        job_of("trainjob"),
+        lambda: job_of("trainjob"),
         _set(["spec", "trainer", "numNodes"], "2"),
         "spec.trainer.numNodes",
     ),
-    "trainjob-name": (job_of("trainjob"), _set(["metadata", "name"], "-x"), "metadata.name"),
+    "trainjob-name": (
+        lambda: job_of("trainjob"),
+        _set(["metadata", "name"], "-x"),
+        "metadata.name",
+    ),
     "indexedjob-parallelism": (
-        job_of("indexedjob", "--nodes", "3"),
+        lambda: job_of("indexedjob", "--nodes", "3"),
         _set(["spec", "parallelism"], 2),
         "spec.parallelism",
     ),
     "indexedjob-subdomain": (
-        job_of("indexedjob"),
+        lambda: job_of("indexedjob"),
         _set(["spec", "template", "spec", "subdomain"], "other"),
         "spec.template.spec.subdomain",
     ),
-    "job-unknown-field": (job_of("indexedjob"), _set(["spec", "completion"], 2), "spec"),
-    "configmap-wrong-type": (render.render_job("pytorchjob")[0], _set(["data", "n"], 1), "data.n"),
+    "job-unknown-field": (lambda: job_of("indexedjob"), _set(["spec", "completion"], 2), "spec"),
+    "configmap-wrong-type": (
+        lambda: render.render_job("pytorchjob")[0],
+        _set(["data", "n"], 1),
+        "data.n",
+    ),
 }
 
 
@@ -181,7 +198,7 @@ def run_validate(docs: list[dict], monkeypatch, capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize("case", list(BAD))
 def test_each_rule_is_caught(case, monkeypatch, capsys):
     job, change, path = BAD[case]
-    bad = mutate(job, change)
+    bad = mutate(job(), change)
     code, out, _ = run_validate([bad], monkeypatch, capsys)
     assert code == 1
     lines = out.strip().splitlines()

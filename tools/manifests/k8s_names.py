@@ -90,7 +90,7 @@ CONTAINER_SECURITY_CONTEXT: dict = {
 }
 
 # Workers save within PREEMPT_GRACE_SECONDS of SIGTERM; the pod gets more than that.
-TERMINATION_GRACE_PERIOD_SECONDS = 2 * trainer.PREEMPT_GRACE_SECONDS
+TERMINATION_GRACE_PERIOD_SECONDS = trainer.TERMINATION_GRACE_SECONDS
 # Exit codes below this are the program's own failures (retrying cannot help); from it on they
 # are retried, like PyTorchJob's ExitCode (trainer/exit_codes.py).
 FIRST_RETRYABLE_EXIT_CODE = exit_codes.RETRYABLE_FROM

@@ -24,8 +24,10 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.keeper.protocol import (
     MARKER,
+    MAX_DEPTH,
     MAX_NAME_BYTES,
     RESERVED_TOP,
     UNIT_RECORD,
@@ -36,9 +38,13 @@ from kubeddp.trainer.keeper.protocol import (
 POD_DIR = ".kubeddp-pod"  # this pod's own records, never sent
 SYNC_PREFIX = ".kubeddp-sync-"  # staging of fetches
 # kubeddp's passing files at the top of checkpoint.dir: never worth keeping
-PASSING_PREFIXES = (".tmp-ckpt-", SYNC_PREFIX, ".kubeddp-note-", ".kubeddp-aside-", POD_DIR)
-PASSING_NAMES = (".kubeddp-writer.lock", ".kubeddp-probe", "lost+found", *RESERVED_TOP)
-MAX_DEPTH = 32
+PASSING_PREFIXES = (
+    constants.CHECKPOINT_TMP_PREFIX, SYNC_PREFIX, constants.CHECKPOINT_NOTE_PREFIX,
+    constants.CHECKPOINT_ASIDE_PREFIX, POD_DIR,
+)  # fmt: skip
+PASSING_NAMES = (
+    constants.CHECKPOINT_LOCK_FILE, constants.CHECKPOINT_PROBE, "lost+found", *RESERVED_TOP
+)  # fmt: skip
 Stamp = tuple[int, int]  # (size, mtime_ns)
 
 

@@ -29,12 +29,13 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import DigestError, FileDigest
 from kubeddp.trainer.process_contract import PROGRESS_NOTE
 
 API = "/v2"
 HEALTH = "/healthz"
-MARKER = "COMPLETE"
+MARKER = constants.CHECKPOINT_MARKER
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d+)$")
 # Where a checkpoint directory is set aside by the trainer: resume's `.bad`, keep-apart's
 # `.previous-<UTC time>`, each with `-N` when the name is taken (worker/checkpoint/safety.py).
@@ -48,6 +49,7 @@ RESERVED_TOP = (KEEPER_DIR, OLD_INCOMING)
 VERSION_HEADER = "X-Kubeddp-Version"
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
+MAX_DEPTH = 32  # directories below a checkpoint.dir that a pod sends and the keeper lists
 MAX_JSON_BYTES = 8 << 20  # a listing or an upload's description; blocks are bounded by BLOCK
 
 

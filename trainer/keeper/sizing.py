@@ -1,9 +1,17 @@
-"""How the keeper and the time a pod has to send its last files follow the checkpoint's size and
-the grace period: pure functions, for launch and for the manifests, so the pod's
-terminationGracePeriodSeconds, the keeper's resources and the training pods' emptyDir sizeLimit
-agree with what launch does. The chart computes the same numbers from `constants_for_chart()`
-(written into templates/_constants.tpl by `make chart`; templates/_keeper.tpl does the sums);
-tests/unit/test_keeper_manifests.py renders every kind against these functions.
+"""The keeper's sizing, decided once: the constants here, and two places that do the sums.
+
+- The manifests: charts/kubeddp/templates/_keeper.tpl computes a training pod's
+  terminationGracePeriodSeconds (the save after SIGTERM, torchrun's margin, the send of the
+  largest checkpoint the claim holds at the floor rate, a margin before SIGKILL) and its
+  emptyDir's sizeLimit from these constants (`constants_for_chart()`, written into
+  templates/_constants.tpl by `make chart`); `kubeddp render` renders the same chart. The
+  keeper's own resources do not follow the checkpoint's size, so they are computed here, once,
+  and written there as a constant.
+- Launch: what a pod's grace period leaves for its last send (`send_seconds`, below).
+
+tests/unit/test_keeper_manifests.py renders every kind and checks that each rendered grace
+period leaves the send launch plans, for any size, and that a constant changed here reaches the
+chart.
 """
 
 from __future__ import annotations
@@ -27,16 +35,9 @@ KEEPER_MEMORY_MIB = 256
 SCRIPT_FILES_BYTES = 2**30  # a user's program's own files beside the checkpoints (emptyDir)
 
 
-def final_send_seconds(checkpoint_bytes: float) -> float:
+def final_send_seconds(checkpoint_bytes: float, slack: float = SEND_SLACK_SECONDS) -> float:
     """Time to send one checkpoint to the keeper at the planned floor rate."""
-    return SEND_SLACK_SECONDS + max(0.0, checkpoint_bytes) / FLOOR_BYTES_PER_SECOND
-
-
-def termination_grace_seconds(preempt_grace: float, checkpoint_bytes: float) -> int:
-    """terminationGracePeriodSeconds for a training pod behind a keeper: the save after
-    SIGTERM (preempt_grace, plus torchrun's margin), then the send of that checkpoint."""
-    total = preempt_grace + SHUTDOWN_MARGIN_SECONDS + final_send_seconds(checkpoint_bytes)
-    return math.ceil(total + KILL_MARGIN_SECONDS)
+    return slack + max(0.0, checkpoint_bytes) / FLOOR_BYTES_PER_SECOND
 
 
 def send_after_signal_seconds(termination_grace: float, preempt_grace: float) -> float:
@@ -51,23 +52,30 @@ def send_seconds(
 ) -> float:
     """The bound of a pod's last send: after SIGTERM what the grace period leaves (the pod's
     KUBEDDP_TERMINATION_GRACE_SECONDS, else the manifests' default); else the time the
-    pending bytes need at the floor rate, and never less than that grace."""
-    raw = env.get(constants.ENV_TERMINATION_GRACE_SECONDS, "")
-    try:
-        grace = float(raw) if raw else float(constants.TERMINATION_GRACE_SECONDS)
-    except ValueError:
-        grace = float(constants.TERMINATION_GRACE_SECONDS)
-    if not math.isfinite(grace) or grace <= 0:
-        grace = float(constants.TERMINATION_GRACE_SECONDS)
+    pending bytes need at the floor rate (plus the slack, KUBEDDP_CHECKPOINT_KEEPER_SEND_SLACK_
+    SECONDS or 30 s), and never less than that grace."""
+    grace = _seconds(
+        env, constants.ENV_TERMINATION_GRACE_SECONDS, constants.TERMINATION_GRACE_SECONDS
+    )
     if signalled:
         return send_after_signal_seconds(grace, preempt_grace)
-    return max(grace, final_send_seconds(pending_bytes))
+    slack = _seconds(env, constants.ENV_CHECKPOINT_KEEPER_SEND_SLACK_SECONDS, SEND_SLACK_SECONDS)
+    return max(grace, final_send_seconds(pending_bytes, slack))
 
 
-def keeper_resources(checkpoint_bytes: float, bytes_per_second: float = 200e6) -> dict:
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from `env`, else `default` (unset or not one)."""
+    try:
+        value = float(env.get(name) or default)
+    except ValueError:
+        return float(default)
+    return value if math.isfinite(value) and value > 0 else float(default)
+
+
+def keeper_resources(bytes_per_second: float = 200e6) -> dict:
     """Requests and limits of the keeper's container: CPU to take checkpoints at
-    `bytes_per_second` (its disk's rate), memory for its buffers."""
-    del checkpoint_bytes  # the memory does not grow with the checkpoint: blocks stream
+    `bytes_per_second` (its disk's rate), memory for its buffers (blocks stream: it does not
+    grow with the checkpoint)."""
     cores = KEEPER_CPU_SECONDS_PER_GIB * bytes_per_second / 2**30
     request = max(100, math.ceil(cores * 1000 / 50) * 50)
     return {
@@ -76,30 +84,14 @@ def keeper_resources(checkpoint_bytes: float, bytes_per_second: float = 200e6) -
     }
 
 
-def empty_dir_size_limit(checkpoint_bytes: float, keep: int) -> str:
-    """The training pods' checkpoint.dir emptyDir: the newest fetched, `keep` written, and one
-    being written (the writer prunes after its rename), plus 1 GiB for a script's files."""
-    total = (keep + 2) * max(0.0, checkpoint_bytes) + SCRIPT_FILES_BYTES
-    return f"{math.ceil(total / 2**20)}Mi"
-
-
-def checkpoint_bytes_of_claim(claim_bytes: float, keep: int) -> float:
-    """The largest checkpoint a claim of `claim_bytes` holds: `keep` of them committed and one
-    more being received (the keeper prunes after it commits). The manifests know the claim's
-    size (checkpoints.size), not the checkpoint's, and plan with this."""
-    return max(0.0, claim_bytes) / (keep + 1)
-
-
 def constants_for_chart() -> dict:
-    """The numbers the chart computes the grace period, the emptyDir's sizeLimit and the
-    keeper's resources from (`keeperSizing` in templates/_constants.tpl). The keeper's
-    resources do not follow the checkpoint's size (blocks stream), so they are one constant;
-    the test that renders several sizes fails if that changes."""
+    """The numbers templates/_keeper.tpl computes the grace period and the emptyDir's sizeLimit
+    from, and the keeper's resources (`keeperSizing` in templates/_constants.tpl)."""
     return {
         "floorBytesPerSecond": FLOOR_BYTES_PER_SECOND,
         "sendSlackSeconds": SEND_SLACK_SECONDS,
         "shutdownMarginSeconds": SHUTDOWN_MARGIN_SECONDS,
         "killMarginSeconds": KILL_MARGIN_SECONDS,
         "scriptFilesBytes": SCRIPT_FILES_BYTES,
-        "keeperResources": keeper_resources(0.0),
+        "keeperResources": keeper_resources(),
     }

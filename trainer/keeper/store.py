@@ -32,6 +32,7 @@ from kubeddp.trainer.keeper.protocol import (
     ASIDE_SUFFIX,
     KEEPER_DIR,
     MARKER,
+    MAX_DEPTH,
     OLD_INCOMING,
     RESERVED_TOP,
     UNIT_RECORD,
@@ -42,7 +43,6 @@ from kubeddp.trainer.keeper.protocol import (
     step_of,
 )
 
-MAX_DEPTH = 32
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

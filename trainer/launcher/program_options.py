@@ -19,12 +19,12 @@ import shutil
 import sys
 from collections.abc import Callable
 
-from kubeddp.trainer import yaml_io
+from kubeddp.trainer import constants, yaml_io
 from kubeddp.trainer.config import ConfigError, parse_override
 from kubeddp.trainer.constants import PROGRAM_CONFIG_KEYS
 from kubeddp.trainer.worker.program import Program
 
-LOCAL_RANK_MACRO = "${local_rank}"  # torchrun replaces it with each worker's local rank
+LOCAL_RANK_MACRO = constants.LOCAL_RANK_MACRO
 
 
 class ProgramError(ValueError):

@@ -28,13 +28,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kubeddp.trainer import exit_codes, process_contract, storage_rules
+from kubeddp.trainer import constants, exit_codes, process_contract, storage_rules
 
 RECORD_DIR = ".kubeddp-retries"
 # The kubelet mounts a file here (the container's terminationMessagePath, this by default) and
 # shows its text as the pod's termination message; a test or another path sets the variable.
-TERMINATION_LOG = "/dev/termination-log"
-ENV_TERMINATION_LOG = "KUBEDDP_TERMINATION_LOG"
 MAX_MESSAGE_BYTES = 4096  # the kubelet keeps at most 4096 bytes of the message
 NOT_RETRIED = (exit_codes.OK, exit_codes.INTERRUPTED)
 
@@ -201,7 +199,7 @@ class RetryBudget:
 def write_termination_message(line: str) -> None:
     """The one-line reason, where the kubelet reads the pod's termination message (the file
     exists only in a container the kubelet made; elsewhere nothing is written)."""
-    path = os.environ.get(ENV_TERMINATION_LOG) or TERMINATION_LOG
+    path = os.environ.get(constants.ENV_TERMINATION_LOG) or constants.TERMINATION_LOG
     if not os.path.exists(path):
         return
     with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as handle:

@@ -30,6 +30,7 @@ from kubeddp.trainer import constants, exit_codes, storage_rules
 from kubeddp.trainer.common import installed_torch_version, this_pod
 from kubeddp.trainer.config import DiagnosticsConfig
 from kubeddp.trainer.launcher import scratch
+from kubeddp.trainer.launcher.retry_budget import write_termination_message
 from kubeddp.trainer.launcher.stall_report import (
     RankState,
     StallReport,
@@ -51,7 +52,6 @@ from kubeddp.trainer.process_contract import (
 REPORT_BEGIN = "[kubeddp] ---- stall report begin ----"
 REPORT_END = "[kubeddp] ---- stall report end ----"
 STALL_LINE = "[kubeddp] stall: "
-TERMINATION_LOG = "/dev/termination-log"
 STACKS_WAIT_SECONDS = 3.0
 # In a pod (POD_NAME set by the downward API), a line of the local ranks' progress this often:
 # `kubeddp status` reads each pod's phase and step from it (no log noise on a laptop).
@@ -116,7 +116,7 @@ class StallWatch:
         if self.acted:
             code = exit_codes.STALLED
         if self.reports and code != exit_codes.OK:
-            _write_termination_message(STALL_LINE + self.reports[-1].line)
+            write_termination_message(STALL_LINE + self.reports[-1].line)
         return code
 
     def records(self) -> list[RankRecord]:
@@ -276,14 +276,6 @@ def _reread(directory: str, rank: int, offset: int) -> str:
     with open(stacks_path(directory, rank), errors="replace") as f:
         f.seek(offset)
         return f.read()
-
-
-def _write_termination_message(line: str) -> None:
-    """Kubernetes shows this file's text in the pod's status (no extra RBAC to read it)."""
-    path = os.environ.get(constants.ENV_TERMINATION_LOG, TERMINATION_LOG)
-    if os.path.exists(path) and os.access(path, os.W_OK):
-        with contextlib.suppress(OSError), open(path, "w") as f:
-            f.write(line[:4000])
 
 
 def start_diagnostics(

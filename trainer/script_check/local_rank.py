@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.script_check.model import ParsedScript, dotted, keyword, last, literal_text
 
 LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
-LOCAL_RANK_MACRO = "${local_rank}"
+LOCAL_RANK_MACRO = constants.LOCAL_RANK_MACRO
 COVERING = (ast.BoolOp, ast.IfExp)  # `args.local_rank or env`, `args.local_rank if ... else env`
 
 

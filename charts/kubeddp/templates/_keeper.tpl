@@ -1,9 +1,9 @@
 {{/*
-The checkpoint keeper's sizes and secret, computed here from keeper_sizing's constants
-($c.keeperSizing, which launch reads too: trainer/keeper/sizing.py), so the training
-pods' grace period and emptyDir and the keeper's resources follow checkpoints.size the way
-launch plans its last send. tests/unit/test_keeper_manifests.py renders them against the
-Python functions.
+The checkpoint keeper's sizes and secret. The training pods' grace period and emptyDir are
+computed here, and only here, from the constants of trainer/keeper/sizing.py ($c.keeperSizing,
+which launch reads too), so they follow checkpoints.size the way launch plans its last send;
+the keeper's resources are that module's, as a constant. tests/unit/test_keeper_manifests.py
+checks what they render against what launch plans.
 */}}
 
 {{/* bytes of a Kubernetes quantity (the schema has checked its form), as a float */}}
@@ -33,8 +33,8 @@ defaults */}}
 {{- if hasKey $checkpoint .name }}{{ get $checkpoint .name }}{{ else }}{{ $default }}{{ end }}
 {{- end }}
 
-{{/* keeper_sizing.checkpoint_bytes_of_claim(checkpoints.size, keep): the largest checkpoint
-the claim holds */}}
+{{/* the largest checkpoint the claim holds: checkpoints.size / (keep + 1), keep committed and
+one more being received (the keeper prunes after it commits) */}}
 {{- define "kubeddp.checkpointBytes" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $size := .Values.checkpoints.size | default $c.defaultCheckpointSize }}
@@ -43,8 +43,9 @@ the claim holds */}}
 {{- divf (maxf 0.0 $claim) (addf $keep 1.0) }}
 {{- end }}
 
-{{/* the training pods' terminationGracePeriodSeconds: the value when set; behind a keeper
-keeper_sizing.termination_grace_seconds(preempt grace, checkpoint bytes); else the default */}}
+{{/* the training pods' terminationGracePeriodSeconds: the value when set; behind a keeper the
+save after SIGTERM (preempt grace), torchrun's margin, the send of the largest checkpoint at the
+floor rate and the margin before SIGKILL, in whole seconds; else the default */}}
 {{- define "kubeddp.terminationGrace" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $k := $c.keeperSizing }}
@@ -59,8 +60,8 @@ keeper_sizing.termination_grace_seconds(preempt grace, checkpoint bytes); else t
 {{- else }}{{ $c.terminationGraceSeconds }}{{ end }}
 {{- end }}
 
-{{/* keeper_sizing.empty_dir_size_limit(checkpoint bytes, keep): the training pods'
-checkpoint.dir behind a keeper */}}
+{{/* the training pods' checkpoint.dir behind a keeper: the newest fetched, `keep` written and
+one being written (the writer prunes after its rename), plus a script's own files, in MiB */}}
 {{- define "kubeddp.checkpointSizeLimit" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- $keep := include "kubeddp.checkpointSetting" (dict "root" . "name" "keep") | float64 }}
@@ -119,7 +120,7 @@ affinity:
 {{- end }}
 {{- end }}
 
-{{/* the keeper container's requests and limits: keeper.resources, else keeper_sizing's */}}
+{{/* the keeper container's requests and limits: keeper.resources, else sizing.py's */}}
 {{- define "kubeddp.keeperResources" -}}
 {{- $c := include "kubeddp.constants" . | fromYaml }}
 {{- toYaml (ternary .Values.keeper.resources $c.keeperSizing.keeperResources (not (kindIs "invalid" .Values.keeper.resources))) }}

@@ -556,7 +556,7 @@ VALUES: tuple[Value, ...] = (
         "checkpoint.preempt_grace_seconds of SIGTERM. null = "
         f"{names.TERMINATION_GRACE_PERIOD_SECONDS}, or behind a checkpoint keeper the save plus "
         "the send of one checkpoint at 25 MB/s (the largest checkpoint the claim holds: "
-        "checkpoints.size / (checkpoint.keep + 1); keeper_sizing.termination_grace_seconds)",
+        "checkpoints.size / (checkpoint.keep + 1))",
         group=JOB,
         flags=(Flag(("--termination-grace-period-seconds",), read="int"),),
     ),
@@ -1010,7 +1010,7 @@ VALUES: tuple[Value, ...] = (
         schema=_or_null(k8s("ResourceRequirements")),
         default=None,
         doc="requests and limits of the keeper's container; null = "
-        "keeper_sizing.keeper_resources (CPU to hash what it receives at 200 MB/s, memory for "
+        "trainer/keeper/sizing.py's (CPU to hash what it receives at 200 MB/s, memory for "
         "its buffers; limits set, so a ResourceQuota on limits admits it)",
         group=TRAINER,
         flags=(Flag(("--keeper-resources",), read="yaml-map", metavar="YAML|FILE"),),

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.checkpoint_digest import FileDigest, HashingWriter, marker_text
 from kubeddp.trainer.fault_points import reached
 from kubeddp.trainer.worker.checkpoint.lock import WriterLock, check_directory
@@ -30,8 +31,8 @@ from kubeddp.trainer.worker.checkpoint.storage import (
     reason,
 )
 
-PROBE = ".kubeddp-probe"
-ASIDE_PREFIX = ".kubeddp-aside-"  # the previous save of a step, while the new one takes its name
+PROBE = constants.CHECKPOINT_PROBE
+ASIDE_PREFIX = constants.CHECKPOINT_ASIDE_PREFIX  # a step's previous save while a new one is put
 
 
 def _fsync_dir(path: Path) -> None:
@@ -143,7 +144,7 @@ class LocalStorage:
     def write(self, step: int, files: dict[str, WriteBody]) -> CheckpointRef:
         root = self.root
         final = root / f"ckpt-{step:08d}"
-        tmp = root / f".tmp-ckpt-{step:08d}-{os.getpid()}"
+        tmp = root / f"{constants.CHECKPOINT_TMP_PREFIX}{step:08d}-{os.getpid()}"
         try:
             root.mkdir(parents=True, exist_ok=True)
             if tmp.exists():
@@ -187,7 +188,7 @@ class LocalStorage:
     def remove_partial(self) -> None:
         # There is one writer (global rank 0), so any other temporary is dead and may be as
         # large as a checkpoint.
-        for stale in self.root.glob(".tmp-ckpt-*"):
+        for stale in self.root.glob(constants.CHECKPOINT_TMP_PREFIX + "*"):
             shutil.rmtree(stale, ignore_errors=True)
 
     def set_aside(self, ref: CheckpointRef, suffix: str = ".bad") -> Path | None:
@@ -219,7 +220,7 @@ class LocalStorage:
 
     def write_note(self, name: str, text: str | bytes) -> None:
         """Written beside and renamed over: a link at `name` is replaced, never followed."""
-        tmp = self.root / f".kubeddp-note-{os.getpid()}"
+        tmp = self.root / f"{constants.CHECKPOINT_NOTE_PREFIX}{os.getpid()}"
         tmp.unlink(missing_ok=True)
         data = text if isinstance(text, bytes) else text.encode()
         try:

@@ -20,9 +20,10 @@ import socket
 import stat
 from pathlib import Path
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.worker.checkpoint.storage import CheckpointError
 
-LOCK_FILE = ".kubeddp-writer.lock"
+LOCK_FILE = constants.CHECKPOINT_LOCK_FILE
 # A directory the lock cannot be made in cannot hold checkpoints either: refused at start, so
 # a job never trains for days without a checkpoint (checkpoint.on_save_error is for later).
 _CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)

@@ -27,7 +27,7 @@ import os
 import tempfile
 from typing import IO, Any
 
-from kubeddp.trainer import storage_rules
+from kubeddp.trainer import constants, storage_rules
 from kubeddp.trainer.checkpoint_digest import (
     READ_BYTES,
     BlockHasher,
@@ -50,7 +50,7 @@ from kubeddp.trainer.worker.checkpoint.storage import (
 
 # Imported in functions: boto3 and botocore, the `s3` extra: optional.
 
-PROBE = ".kubeddp-probe"
+PROBE = constants.CHECKPOINT_PROBE
 OWNER_NOTE = ".kubeddp-checkpoints"
 SPOOL_BYTES = 64 * 2**20
 ENDPOINT_ENVS = S3_ENDPOINT_ENVS

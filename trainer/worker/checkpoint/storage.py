@@ -9,16 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from kubeddp.trainer import constants
 from kubeddp.trainer.storage_rules import TENSORBOARD_DIR
 
 CKPT_RE = re.compile(r"^ckpt-(\d{8})$")
-MARKER = "COMPLETE"  # written last: a checkpoint without it is incomplete and ignored
+MARKER = constants.CHECKPOINT_MARKER  # written last: a checkpoint without it is ignored
 STATE_FILE = "state.pt"
 CONFIG_FILE = "config.yaml"
 # Names kubeddp writes at the top of a checkpoint directory. Anything else there belongs to
 # someone else, and a directory holding it is refused (safety.py). Other parts of kubeddp that
 # keep a file beside the checkpoints name it `.kubeddp-*`.
-OWN_PREFIXES = ("ckpt-", ".tmp-ckpt-", ".kubeddp")
+OWN_PREFIXES = ("ckpt-", constants.CHECKPOINT_TMP_PREFIX, ".kubeddp")
 # lost+found: a fresh ext4 volume has it; TENSORBOARD_DIR: rank 0's curves (worker/curves.py)
 OWN_NAMES = (CONFIG_FILE, "lost+found", TENSORBOARD_DIR)
 # The first line of the config copy kubeddp writes beside its checkpoints: how a config.yaml
