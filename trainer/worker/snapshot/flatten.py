@@ -4,6 +4,7 @@ the skeleton (where each tensor sat, and every plain value) beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,41 +24,44 @@ class TensorSlot:
     shape: tuple[int, ...]
 
 
+def _rebuilt(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value`'s dicts, lists and tuples rebuilt around what `leaf` makes of each item; `leaf`
+    sees every item first and returns it unchanged to have it walked (or kept)."""
+    made = leaf(value)
+    if made is not value:
+        return made
+    if isinstance(value, dict):
+        return {key: _rebuilt(item, leaf) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rebuilt(item, leaf) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_rebuilt(item, leaf) for item in value)
+    return value
+
+
 def split(state: Any) -> tuple[Any, list[torch.Tensor]]:
     """The skeleton of `state` (each tensor replaced by (TENSOR_TAG, index)) and its tensors,
     in the order they were met."""
     tensors: list[torch.Tensor] = []
 
-    def walk(value: Any) -> Any:
+    def placeholder(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             tensors.append(value.detach())
             return (TENSOR_TAG, len(tensors) - 1)
-        if isinstance(value, dict):
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        if isinstance(value, tuple):
-            return tuple(walk(item) for item in value)
         return value
 
-    return walk(state), tensors
+    return _rebuilt(state, placeholder), tensors
 
 
 def join(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
     """The state `split` took apart, with `tensors` where the placeholders are."""
 
-    def walk(value: Any) -> Any:
+    def tensor(value: Any) -> Any:
         if isinstance(value, tuple) and len(value) == 2 and value[0] == TENSOR_TAG:
             return tensors[value[1]]
-        if isinstance(value, dict):
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        if isinstance(value, tuple):
-            return tuple(walk(item) for item in value)
         return value
 
-    return walk(skeleton)
+    return _rebuilt(skeleton, tensor)
 
 
 def layout(tensors: list[torch.Tensor]) -> tuple[list[TensorSlot], int]:
