@@ -110,7 +110,7 @@ dist.init_process_group("gloo")
 total = torch.ones(1)
 dist.all_reduce(total)
 # one write per line: unbuffered ranks printing at once would interleave message and newline
-sys.stdout.write(f"probe rank {dist.get_rank()} sum {total.item():g} args {sys.argv[1:]}\n")
+sys.stdout.write(f"probe rank {dist.get_rank()} sum {total.item():g} args {sys.argv[1:]}\\n")
 dist.destroy_process_group()
 """
 
