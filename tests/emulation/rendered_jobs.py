@@ -85,3 +85,13 @@ def assert_trained(cluster: EmulatedCluster, world_size: int) -> None:
     assert done, f"no final loss line\n{cluster.log_tails()}"
     final, start = (float(x) for x in done[-1])
     assert final < start, f"loss did not fall: start {start}, final {final}"
+
+
+def assert_resumed_from(output: str, fetched_step: int) -> None:
+    """A recreated pod's first start resumes from the checkpoint it fetched from the keeper, or
+    from a peer's in-memory snapshot when one is newer."""
+    resumed = re.findall(r"resumed from (\S+) \(step (\d+)", output)
+    assert resumed, output[-3000:]
+    source, step = resumed[0][0], int(resumed[0][1])
+    newer_in_memory = step > fetched_step and source.startswith("memory://")
+    assert step == fetched_step or newer_in_memory, (resumed, output[-3000:])

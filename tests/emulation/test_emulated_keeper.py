@@ -11,7 +11,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from rendered_jobs import JOB_SECONDS, TINY, assert_trained, exits, render, slow_steps
+from rendered_jobs import (
+    JOB_SECONDS,
+    TINY,
+    assert_resumed_from,
+    assert_trained,
+    exits,
+    render,
+    slow_steps,
+)
 from storage import EKS_GP3, KIND_STANDARD
 
 from kubeddp.trainer import exit_codes
@@ -89,6 +97,5 @@ def test_a_keeper_on_a_zonal_disk_comes_back_in_its_zone_after_its_node_is_lost(
     assert waited, recreated[-3000:]  # said every interval while it waited
     fetched = re.search(r"checkpoint keeper \S+: fetched checkpoint ckpt-(\d+)", recreated)
     assert fetched, recreated[-3000:]
-    resumed = re.findall(r"resumed from \S+ \(step (\d+)", recreated)
-    assert resumed and resumed[0] == str(int(fetched.group(1))), (resumed, recreated[-3000:])
+    assert_resumed_from(recreated, int(fetched.group(1)))
     assert_trained(cluster, world_size=2)

@@ -24,6 +24,7 @@ from rendered_jobs import (
     OOM_IMAGE_SCRIPT,
     OOM_SCRIPT,
     TINY,
+    assert_resumed_from,
     assert_trained,
     exits,
     render,
@@ -124,10 +125,9 @@ def test_four_nodes_on_readwriteonce_storage_lose_node_rank_0_and_resume(
     recreated = [r for r in cluster.history if r.plan.name == first][-1]
     fetched = re.search(r"checkpoint keeper \S+: fetched checkpoint ckpt-(\d+)", recreated.output())
     assert fetched, recreated.tail()
-    resumed = re.findall(r"resumed from \S+ \(step (\d+)", recreated.output())
-    # the first start after the loss resumes from what it fetched (a TrainJob's pod restarts in
-    # place, and a peer's restart can make it start once more)
-    assert resumed and resumed[0] == str(int(fetched.group(1))), (resumed, recreated.tail())
+    # the first start after the loss (a TrainJob's pod restarts in place, and a peer's restart
+    # can make it start once more)
+    assert_resumed_from(recreated.output(), int(fetched.group(1)))
     assert_trained(cluster, world_size=4)
     steps = sorted(int(p.parent.name[5:]) for p in claim().glob("ckpt-*/COMPLETE"))
     assert steps and steps[-1] == 80, steps  # the last save reached the keeper
