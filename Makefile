@@ -56,7 +56,7 @@ test: setup
 	test $$first -eq 0 && test $$docker -eq 0 && test $$rest -eq 0
 
 # The unit tier, before each commit: tests/unit and tests/lint on every core (pytest-xdist),
-# no root, no docker, no network namespaces; about 420 CPU-s (docs/ci-and-testing.md has its
+# no root, no docker, no network namespaces; about 540 CPU-s (docs/ci-and-testing.md has its
 # wall time on a shared 2-core machine). It catches the half-done changes of
 # docs/ci-and-testing.md's planted-defect table (a pod field, a metric, a config key, an exit
 # code). FAST_JOBS=N changes the process count.
