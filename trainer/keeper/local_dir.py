@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.keeper.nofollow import descend
 from kubeddp.trainer.keeper.protocol import (
     MARKER,
     MAX_DEPTH,
@@ -157,25 +158,12 @@ def stamp(path: Path) -> Stamp | None:
     return (info.st_size, info.st_mtime_ns) if stat.S_ISREG(info.st_mode) else None
 
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def parent_fd(root: Path, rel: str) -> int:
     """A descriptor of the folder that holds `rel` under `root`, made where missing and walked a
     part at a time without following a link (OSError where a part is a link or a file): what a
     pod fetches is never written through a link, wherever a link in checkpoint.dir points."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in rel.split("/")[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return descend(fd, rel.split("/")[:-1], create=True)
 
 
 def place(root: Path, staged: str, rel: str) -> None:

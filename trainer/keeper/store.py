@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kubeddp.trainer.checkpoint_digest import DigestError, digest_fd
 from kubeddp.trainer.fault_points import reached
+from kubeddp.trainer.keeper.nofollow import DIR_FLAGS, descend
 from kubeddp.trainer.keeper.protocol import (
     ASIDE_SUFFIX,
     KEEPER_DIR,
@@ -42,8 +43,6 @@ from kubeddp.trainer.keeper.protocol import (
     link_target_inside,
     step_of,
 )
-
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class StoreError(Exception):
@@ -363,21 +362,12 @@ def walk_dirs(fd: int, parts: list[str], create: bool = False) -> int:
     """From directory descriptor `fd` (taken over: closed unless handed back) down `parts`,
     without following links; the last directory's descriptor."""
     try:
-        for part in parts:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-            next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
+        return descend(fd, parts, create)
     except FileNotFoundError:
-        os.close(fd)
         raise StoreError(404, f"{'/'.join(parts)} does not exist") from None
     except OSError as exc:
-        os.close(fd)
         raise StoreError(409, f"{'/'.join(parts)}: a link or a file where a directory should "
                          f"be ({exc.strerror})") from None  # fmt: skip
-    return fd
 
 
 def _entries(path: Path) -> list[os.DirEntry[str]]:
