@@ -97,6 +97,9 @@ POD_NETWORK = ipaddress.ip_network("198.51.100.0/24")
 NAMESPACE = "default"
 CLUSTER_DOMAIN = "svc.cluster.local"
 VENV_BIN = Path(sys.executable).parent
+# What the image holds (this checkout and its venv): never a pod's own mount, even where the
+# checkout sits under a path a pod maps (a clone in /tmp)
+IMAGE_PATHS = (str(Path(__file__).resolve().parents[2]), sys.prefix)
 POLL_SECONDS = 0.2
 # The kubelet points every pod at the API server's Service; kubeddp uses it to detect a pod.
 KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
@@ -405,6 +408,8 @@ class EmulatedCluster:
     def rewrite_path(text: str, mounts: dict[str, Path]) -> str:
         """Map an in-pod path (alone, or after `key=`) to its host directory."""
         prefix, sep, value = text.rpartition("=") if "=" in text else ("", "", text)
+        if any(value == p or value.startswith(p + "/") for p in IMAGE_PATHS):
+            return text
         for mount_path in sorted(mounts, key=len, reverse=True):
             if value == mount_path or value.startswith(mount_path + "/"):
                 return f"{prefix}{sep}{mounts[mount_path]}{value[len(mount_path) :]}"
