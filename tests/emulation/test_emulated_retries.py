@@ -97,7 +97,7 @@ def rejoined_peers(cluster: EmulatedCluster, lost: str) -> set[str]:
 def assert_one_pod_recovery(cluster: EmulatedCluster, lost: str) -> None:
     """Only the lost pod failed and was recreated (once); every peer stayed up and rejoined."""
     failed = [(pod, code) for pod, code in exits(cluster) if code != 0]
-    assert failed == [(lost, exit_codes.PREEMPTED)], failed
+    assert failed == [(lost, exit_codes.PREEMPTED)], f"{failed}\n{cluster.log_tails()}"
     assert cluster.status.counters.failed == 0, cluster.status.events
     job_pods = {n for n, r in cluster.pods.items() if r.plan.replica_type != "Deployment"}
     recreated = {name: len(times) - 1 for name, times in cluster.created_at.items()}

@@ -37,7 +37,6 @@ PIP += "installs the built wheel with each extra in a clean venv)"
 # continuation joined), and None to run it or why it is skipped.
 SKIPS: dict[str, str | None] = {
     "make demo": None,
-    "make test-fast": "the unit tier, which the whole suite this test belongs to runs",
     "make test": "the whole suite, of which this test is a part",
     ". .venv/bin/activate": None,
     "kubeddp train --nproc 2 --script examples/ddp_train.py --epochs 3": None,

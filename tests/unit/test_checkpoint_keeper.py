@@ -394,6 +394,42 @@ def test_a_file_being_rewritten_is_not_sent_until_it_is_quiet(
     assert (served.root / "snapshot.pt").read_bytes() == target.read_bytes()
 
 
+def test_a_rejoining_pod_keeps_its_own_unsent_write_and_the_final_push_sends_it(
+    served: Keeper, tmp_path: Path
+) -> None:
+    """A file rewritten while a push looked at it (a worker's last TensorBoard events as the
+    group restarted) was left for the next push; the rejoin's fetch then laid the keeper's older
+    copy over it, the next pushes saw nothing changed, and the finished pod waited out its
+    whole grace period and exited 204 (the 8-node TrainJob in CI)."""
+    pod = _sync(served, tmp_path / "pod")
+    pod.fill()
+    events = pod.root / "tensorboard" / "events.out"
+    events.parent.mkdir()
+    events.write_bytes(b"first" * 100)
+    assert pod.push() == ["tensorboard/events.out"]
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        version = 0
+        while not stop.is_set():
+            version += 1
+            events.write_bytes(b"later" * (100 + version))
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        assert pod.push() == []  # changing all the time: owed to the next push
+    finally:
+        stop.set()
+        writer.join()
+    newest = events.read_bytes()
+    pod.refresh()
+    assert events.read_bytes() == newest  # not the keeper's older copy
+    assert pod.finish(5)
+    assert (served.root / "tensorboard" / "events.out").read_bytes() == newest
+
+
 def test_an_absent_keeper_is_a_bounded_wait_said_every_interval(tmp_path: Path) -> None:
     client = KeeperClient(f"http://127.0.0.1:{free_port()}", timeout=1)
     lines: list[str] = []

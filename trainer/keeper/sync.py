@@ -100,7 +100,7 @@ class CheckpointSync:
         with self._lock:
             listing = self.client.listing()
             self.listing = listing
-            files = self._fetch_loose(listing, self._wanted(listing))
+            files = self._fetch_loose(listing, self._wanted(listing), keep_own=False)
             self._fetch_links(listing)
             chosen = self._fetch_newest(listing) if self.settings.reads else None
         if not files and chosen is None:
@@ -121,13 +121,20 @@ class CheckpointSync:
             if rel in own or (self.settings.reads and rel.split("/")[0] not in others)
         )
 
-    def _fetch_loose(self, listing: Listing, wanted: list[str]) -> list[str]:
-        """Fetch the files of `wanted` that differ here (each staged, then renamed in)."""
+    def _fetch_loose(self, listing: Listing, wanted: list[str], keep_own: bool) -> list[str]:
+        """Fetch the files of `wanted` that differ here (each staged, then renamed in).
+        `keep_own` (a pod rejoining without a restart): a file written here since it was last
+        sent or fetched is this pod's newer write, kept for the next push, never overwritten
+        by the keeper's older copy."""
         done = []
         for rel in wanted:
             version, entry = listing.files[rel]
-            if stamp(self.root / rel) == (entry.digest.size, entry.mtime_ns):
-                self.sent[rel] = (entry.digest.size, entry.mtime_ns)
+            there = (entry.digest.size, entry.mtime_ns)
+            here = stamp(self.root / rel)
+            if here == there:
+                self._synced(rel, there)
+                continue
+            if keep_own and here is not None and here != self.sent.get(rel):
                 continue
             staging = self.root / f"{SYNC_PREFIX}{uuid.uuid4().hex}"
             try:
@@ -139,9 +146,14 @@ class CheckpointSync:
                 continue
             finally:
                 staging.unlink(missing_ok=True)
-            self.sent[rel] = (entry.digest.size, entry.mtime_ns)
+            self._synced(rel, there)
             done.append(rel)
         return done
+
+    def _synced(self, rel: str, there: Stamp) -> None:
+        """The keeper holds what is here: nothing of `rel` is owed."""
+        self.sent[rel] = there
+        self.unsent.discard(rel)
 
     def _fetch_links(self, listing: Listing) -> None:
         if not self.settings.reads:
@@ -202,7 +214,7 @@ class CheckpointSync:
         with self._lock:
             listing = self.client.listing()
             self.listing = listing
-            done = self._fetch_loose(listing, self._wanted(listing))
+            done = self._fetch_loose(listing, self._wanted(listing), keep_own=True)
             if self.settings.reads:
                 newest = next(iter(newest_first(listing.units)), None)
                 if newest and not (self.root / newest / MARKER).is_file():
@@ -287,7 +299,11 @@ class CheckpointSync:
 
     def _send_loose(self, view: LocalView, final: bool) -> list[str]:
         done = []
-        changed = [rel for rel, st in sorted(view.loose.items()) if self.sent.get(rel) != st]
+        changed = [
+            rel
+            for rel, st in sorted(view.loose.items())
+            if self.sent.get(rel) != st or rel in self.unsent
+        ]
         changed.sort(key=lambda rel: rel == FINISHED_RECORD)  # last: see below
         if changed and not final:
             time.sleep(QUIET_SECONDS)  # a file still being written changes meanwhile
