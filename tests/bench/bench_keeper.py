@@ -36,12 +36,12 @@ from tests.bench.common import (
     REPO_ROOT,
     BenchError,
     Row,
-    free_port,
     median,
     not_measured,
     paired,
     spread,
 )
+from tests.helpers.ports import free_port
 
 SECTION = "keeper"
 GOAL = ">= 0.8"

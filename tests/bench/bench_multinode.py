@@ -30,11 +30,11 @@ from tests.bench.common import (
     Row,
     StepTimes,
     bench_env,
-    free_port,
     median,
     not_measured,
     paired,
 )
+from tests.helpers.ports import free_port
 
 HOSTS = ["bench-node-0", "bench-node-1"]
 HOOKS = ("bf16", "powersgd")

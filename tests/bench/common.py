@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -161,12 +160,6 @@ def kubeddp_cmd(nproc: int, overrides: list[str]) -> list[str]:
     for item in overrides:
         cmd += ["--set", item]
     return cmd
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

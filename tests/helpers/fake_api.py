@@ -427,13 +427,6 @@ def running(tls_folder: Path | None = None) -> Iterator[FakeApiServer]:
         server.stop()
 
 
-def closed_port() -> int:
-    """A local port where nothing listens (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for_requests(server: FakeApiServer, count: int, timeout: float = 5.0) -> None:
     end = time.monotonic() + timeout
     while len(server.requests) < count and time.monotonic() < end:

@@ -20,12 +20,7 @@ from kubeddp.trainer.keeper import auth as keeper_auth
 from kubeddp.trainer.keeper.client import KeeperClient
 from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from tests.helpers import procs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers.ports import free_port
 
 
 def write_secret(path: Path) -> Path:

@@ -50,9 +50,10 @@ def with_own_tmp(argv: list[str], *, readonly: bool = False, full: bool = False)
     """`argv` run with a /tmp of its own: a 1 MiB tmpfs in a private mount namespace (the
     host's /tmp is untouched), read-only or filled to the last byte."""
     require_root("unshare", "mount", what="a test that gives a process its own /tmp")
-    options = "ro,size=1m" if readonly else "size=1m"
     filler = "dd if=/dev/zero of=/tmp/filler bs=4k 2>/dev/null" if full else "true"
-    script = f'{_covered_tmp(f"-o {options}")} || exit 90; {filler}; exec "$@"'
+    # Read-only after the covering: a checkout under /tmp needs its mount point made first.
+    ro = " && mount -o remount,ro /tmp" if readonly else ""
+    script = f'{_covered_tmp("-o size=1m")}{ro} || exit 90; {filler}; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
 

@@ -149,7 +149,7 @@ if __name__ == "__main__":
 def started(log_dir: Path, mode: str, *args: str) -> Iterator[str]:
     """This endpoint as a process on a free port (killed after the block); its URL."""
     from tests.helpers import procs
-    from tests.helpers.s3server import free_port
+    from tests.helpers.ports import free_port
 
     port = free_port()
     argv = [sys.executable, "-m", "tests.helpers.s3_faults", mode, str(port), *args]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import procs
+from tests.helpers.ports import free_port
 
 BUCKET = "kubeddp-test"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "kubeddp-test", "AWS_SECRET_ACCESS_KEY": "kubeddp-secret"}
@@ -26,12 +27,6 @@ ISOLATED = {
     "AWS_EC2_METADATA_DISABLED": "true",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

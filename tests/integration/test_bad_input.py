@@ -7,7 +7,6 @@ a typo fails in about a second with one line instead of one traceback per worker
 from __future__ import annotations
 
 import os
-import socket
 import textwrap
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import bad_inputs, fake_api, mounts, procs
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"
@@ -117,9 +117,7 @@ def test_unresolvable_master_exits_retryable(tmp_path: Path) -> None:
 
 
 def test_master_name_resolves_but_port_closed_exits_retryable(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     done = run_cli(tmp_path, ["launch", "--rdzv-wait", "3"], worker_pod_env("localhost", port))
     message = f"localhost:{port} does not accept on port {port} after 3s"
     assert_one_error(done, exit_codes.RDZV_UNREACHABLE, message)

@@ -15,6 +15,7 @@ from kubeddp.trainer import exit_codes
 from kubeddp.trainer.worker import checkpoint as ckpt
 from tests.helpers import checkpoints as ck
 from tests.helpers import procs, s3_faults, s3server, workloads
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN = "resume/run"
@@ -115,7 +116,7 @@ def test_bad_storage_ends_before_training_in_one_line(
         if value is None:
             env.pop(name)
         else:  # a port nothing listens on
-            env[name] = f"http://127.0.0.1:{s3server.free_port()}"
+            env[name] = f"http://127.0.0.1:{free_port()}"
     name = "-".join(env_change) or url.rsplit("/", 2)[-2]
     done = procs.run(_one_process(url), work / f"bad-{name}.log", 120, env)
     assert done.code == code, done.output[-4000:]

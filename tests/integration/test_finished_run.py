@@ -13,7 +13,6 @@ the fatal TRAINING_FAILED, which a TrainJob's podFailurePolicy turns into a fail
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,11 @@ from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher.finished_run import RECORD_NAME
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
 from tests.helpers import faults, procs
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN_SECONDS = 200
 RDZV_WAIT_SECONDS = 20
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def pod_env(index: int, port: int) -> dict[str, str]:

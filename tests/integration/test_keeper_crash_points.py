@@ -18,8 +18,9 @@ from kubeddp.trainer.keeper.client import KeeperClient, KeeperError
 from kubeddp.trainer.keeper.sync import CheckpointSync, SyncSettings
 from kubeddp.trainer.worker.checkpoint.local import LocalStorage
 from tests.helpers import procs
-from tests.helpers.keeper import CuttingProxy, free_port, keeper_up, write_secret
+from tests.helpers.keeper import CuttingProxy, keeper_up, write_secret
 from tests.helpers.keeper_actor import state
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 STEP, NAME = 5, "ckpt-00000005"

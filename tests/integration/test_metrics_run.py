@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.helpers.ports import free_port
 from tests.helpers.readme import DOCS, doc_section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,12 +108,6 @@ def counter_values(snapshot: Scrape) -> dict[tuple, float]:
 
 
 LOG_EVERY = 10
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

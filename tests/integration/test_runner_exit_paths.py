@@ -19,6 +19,7 @@ from kubeddp.trainer.config import load_config
 from kubeddp.trainer.process_contract import ENV_LAUNCHER_PID, resolved_config_env
 from kubeddp.trainer.worker.program import RUNNER_MODULE
 from tests.helpers import procs
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ONE_FAILS = """import atexit, os, sys, time
@@ -30,13 +31,10 @@ if rank == 1:
     sys.exit(3)
 time.sleep(120)
 """
-STUCK = """import datetime, socket
+STUCK = """import datetime
 import torch.distributed as dist
 {poll}
-sock = socket.socket()
-sock.bind(("127.0.0.1", 0))
-port = sock.getsockname()[1]
-sock.close()
+port = {port}
 print("ready", flush=True)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=0, world_size=2,
                         timeout=datetime.timedelta(seconds=240))
@@ -62,7 +60,7 @@ def test_peer_failure_leaves_healthy_workers_quiet_and_names_the_first(tmp_path:
 
 @pytest.mark.parametrize("polls", [False, True], ids=["never-polls", "polls"])
 def test_worker_stuck_in_native_code_is_ended_on_sigterm(tmp_path: Path, polls: bool) -> None:
-    (tmp_path / "stuck.py").write_text(STUCK.format(poll=POLL if polls else ""))
+    (tmp_path / "stuck.py").write_text(STUCK.format(poll=POLL if polls else "", port=free_port()))
     cfg = load_config(None, [f"checkpoint.preempt_grace_seconds={GRACE}"])
     env = procs.child_env(resolved_config_env(cfg))
     env.pop(ENV_LAUNCHER_PID, None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 from kubeddp.trainer.worker.snapshot.taker import SnapshotTaker
+from tests.helpers.ports import free_port
 from tests.helpers.snapshots import state as _state
 from tests.helpers.snapshots import take as _take
 
@@ -59,14 +59,8 @@ POD = textwrap.dedent(
 ).replace("BIG", str(BIG))
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pods(work: Path, row: str) -> list[dict]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()),
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "WORLD_SIZE": "2", "PYTHONPATH": str(REPO)}  # fmt: skip
     procs = [
         subprocess.Popen(

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 from pathlib import Path
 
 import pytest
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import procs
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SCRIPT = procs.REPO / "tests" / "tutorial_scripts" / "spawn_multigpu.py"
@@ -78,12 +78,6 @@ def test_flag_turns_detection_off(tmp_path: Path) -> None:
     )
     assert done.code == 0, done.stderr
     assert '"nproc_per_node": 2' in done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 HIDDEN_SPAWN = """\

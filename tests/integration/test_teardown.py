@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -28,17 +27,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import procs
+from tests.helpers.ports import free_port
 
 RUNS = 30
 RUN_TIMEOUT_SECONDS = 60.0
 ENTRY_ENV = "KUBEDDP_TEARDOWN_ENTRY"
 ABORT_MARKERS = ("terminate called", "SIGABRT", "Aborted", "core dumped")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_env(rank: int, port: int) -> dict[str, str]:
@@ -114,7 +108,7 @@ def harness(runs: int, out_dir: Path) -> dict:
     for i in range(runs):
         run_dir = out_dir / f"run{i:02d}"
         run_dir.mkdir(parents=True)
-        port = _free_port()
+        port = free_port()
         pids = [_start_rank(entry, rank, port, run_dir) for rank in (0, 1)]
         outcomes = _wait_pair(pids, RUN_TIMEOUT_SECONDS)
         logs = [(run_dir / f"rank{r}.log").read_text(errors="replace") for r in (0, 1)]

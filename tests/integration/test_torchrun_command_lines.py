@@ -7,13 +7,13 @@ address, --nnodes 2 says why in one line."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from kubeddp.trainer import exit_codes
 from tests.helpers import procs
+from tests.helpers.ports import free_port
 
 SCRIPT = Path(__file__).with_name("tutorial_torchrun_train.py")
 MODULE = "tests.integration.tutorial_torchrun_train"
@@ -21,12 +21,6 @@ LINE = re.compile(r"tutorial rank (\d)/(\d) local (\d) steps (\d+) same (True|Fa
 RUN_SECONDS = 420  # generous: a shared 2-core CI machine runs this under heavy load
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ranks(output: str) -> dict[int, tuple]:

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from kubeddp.trainer import constants
-from tests.helpers import fake_api, faults, procs, user_script
+from tests.helpers import faults, procs, user_script
 from tests.helpers import trainer_status_server as tss
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -111,7 +112,7 @@ def test_a_broken_endpoint_never_touches_training(tmp_path: Path, endpoint: str)
     with tss.running(tmp_path / "tls", {(NS, NAME)}) as server:
         env = trainer_env(server, tmp_path / "pod")
         if endpoint == "down":
-            url = env[tss.ENV_URL].replace(f":{server.port}/", f":{fake_api.closed_port()}/")
+            url = env[tss.ENV_URL].replace(f":{server.port}/", f":{free_port()}/")
             env[tss.ENV_URL] = url
         elif endpoint == "another job's token":
             (tmp_path / "pod" / "token").write_text(server.credentials.token(NS, "other"))

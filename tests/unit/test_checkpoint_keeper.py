@@ -42,12 +42,12 @@ from tests.helpers.keeper import (
     DrippingProxy,
     Keeper,
     checkpoint,
-    free_port,
     keeper_argv,
     keeper_up,
     tamper,
     write_secret,
 )
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 T = TypeVar("T")

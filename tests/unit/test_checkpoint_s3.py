@@ -16,6 +16,7 @@ from kubeddp.trainer.checkpoint_digest import read_marker
 from kubeddp.trainer.worker import checkpoint as ckpt
 from kubeddp.trainer.worker.checkpoint.s3 import S3Storage
 from tests.helpers import s3_faults, s3server
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,7 +125,7 @@ def test_missing_credentials(s3env: s3server.S3Server, monkeypatch: pytest.Monke
 def test_unreachable_endpoint_is_retryable(
     s3env: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s3server.free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")  # botocore's own setting: one back-off, not 9
     storage = ckpt.storage_for(f"s3://{s3server.BUCKET}/x")
     with pytest.raises(ckpt.StorageUnreachable, match="cannot be reached"):

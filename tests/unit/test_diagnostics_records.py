@@ -21,6 +21,7 @@ from kubeddp.trainer.launcher.stall_watch import StallWatch
 from kubeddp.trainer.process_contract import PHASE_CODE, read_record, record_path
 from kubeddp.trainer.worker.heartbeat import Heartbeat
 from tests.helpers.metrics import documented_tables
+from tests.helpers.ports import free_port
 
 
 def _beat(directory: Path, rank: int) -> Heartbeat:
@@ -212,7 +213,7 @@ def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
 
     env = {**os.environ, process_contract.ENV_FR_BUFFER: "100"}
     script = FR_WORKER.replace("tcp://127.0.0.1:0?", "env://")
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -232,14 +233,6 @@ def test_a_rank_dumps_its_flight_recorder_when_asked(tmp_path: Path) -> None:
         proc.wait(10)
     assert line == "flight recorder: default_pg (0): all_reduce #3 (finished)", line
     assert not process_contract.request_flight_recorder(tmp_path, 1)  # nobody listens there
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_in_a_pod_the_watch_logs_the_ranks_progress(

@@ -4,13 +4,13 @@ program's own is fatal."""
 from __future__ import annotations
 
 import datetime
-import socket
 
 import pytest
 import torch.distributed as dist
 
 from kubeddp.trainer import exit_codes
 from kubeddp.trainer.worker.failures import exit_code_for, is_peer_failure, one_line
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,17 +33,11 @@ GLOO_PAIR_CLOSED = (
 )
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_store_that_is_gone_is_a_peer_failure() -> None:
     with pytest.raises(dist.DistError) as caught:
         dist.TCPStore(
             "127.0.0.1",
-            _closed_port(),
+            free_port(),
             is_master=False,
             timeout=datetime.timedelta(seconds=1),
             wait_for_workers=False,

@@ -29,7 +29,6 @@ from tests.helpers import procs
 from tests.helpers.keeper import (
     checkpoint,
     epoch_of,
-    free_port,
     keeper_argv,
     keeper_up,
     one_reply,
@@ -39,6 +38,7 @@ from tests.helpers.keeper import (
     wait_healthy,
     write_secret,
 )
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

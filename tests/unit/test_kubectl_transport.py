@@ -28,6 +28,7 @@ from kubeddp.trainer import exit_codes
 from tests.helpers import admission, fake_api, helm_cli
 from tests.helpers.cluster_commands import run as run_in_process
 from tests.helpers.fake_api import TOKEN, status_body
+from tests.helpers.ports import free_port
 from tests.helpers.render import secret_values_masked
 
 REPO = Path(__file__).resolve().parents[2]
@@ -295,7 +296,7 @@ def test_unreachable_server_is_one_line_as_with_the_client(
     kubectl, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     wrapper, pids = kubectl
-    url = f"http://127.0.0.1:{fake_api.closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig", url)
     line = re.compile(
         rf"kubeddp status: error: cannot reach the API server at {re.escape(url)} \(.+\); "

@@ -3,21 +3,15 @@ port through node rank 0's store (real TCPStores on 127.0.0.1, one thread per po
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 
 from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
 from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def plan(rank: int, port: int, nnodes: str = "2", backend: str = "static") -> RendezvousPlan:

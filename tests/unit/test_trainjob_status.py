@@ -18,8 +18,8 @@ from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.launcher import trainjob_status as ts
 from kubeddp.trainer.process_contract import format_value, read_snapshot
 from kubeddp.trainer.worker.status_feed import StatusFeed, for_rank
-from tests.helpers import fake_api
 from tests.helpers import trainer_status_server as tss
+from tests.helpers.ports import free_port
 
 NS, NAME = "team", "tj"
 
@@ -259,7 +259,7 @@ def test_a_down_or_hanging_endpoint_fails_the_post_within_its_timeout(
 ) -> None:
     found = endpoint(server, tmp_path / "pod")
     body = ts.trainer_status(RECORDS["built-in trainer"])
-    down = ts.StatusEndpoint(found.url, "127.0.0.1", fake_api.closed_port(), found.path,
+    down = ts.StatusEndpoint(found.url, "127.0.0.1", free_port(), found.path,
                              found.ca_file, found.token_file)  # fmt: skip
     with pytest.raises(ts.PostFailed, match="ConnectionRefusedError"):
         ts.post(down, body, 5)

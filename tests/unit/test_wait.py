@@ -9,16 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_host
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 UNRESOLVABLE = "demo-master-0.kubeddp-test.invalid"  # .invalid never resolves (RFC 6761)
-
-
-def closed_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -40,7 +34,7 @@ def test_open_port_returns_at_once(listener: socket.socket) -> None:
 
 
 def test_port_that_opens_later_is_waited_for() -> None:
-    port = closed_port()
+    port = free_port()
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     timer = threading.Timer(1.0, lambda: (server.bind(("127.0.0.1", port)), server.listen()))
@@ -55,7 +49,7 @@ def test_port_that_opens_later_is_waited_for() -> None:
 
 
 def test_closed_port_fails_naming_host_and_port() -> None:
-    port = closed_port()
+    port = free_port()
     with pytest.raises(RendezvousHostUnreachable) as err:
         wait_for_host("127.0.0.1", port, 1, log=lambda _: None, poll_seconds=0.1)
     message = str(err.value)
@@ -70,4 +64,4 @@ def test_unresolvable_name_fails_at_the_dns_step() -> None:
 
 def test_dns_only_when_port_is_not_checked() -> None:
     # The node that hosts the store only needs its own name to resolve.
-    wait_for_host("localhost", closed_port(), 5, check_port=False, log=lambda _: None)
+    wait_for_host("localhost", free_port(), 5, check_port=False, log=lambda _: None)
