@@ -11,6 +11,8 @@ which fault, on which rank, from which step:
   long: it is a 2x straggler. With rank -1 no rank is slowed (a healthy run).
 - `die_at_teardown`: the rank is SIGKILLed when the trainer drops its loss, after training
   and before the final barrier (a pod lost in the run's last moment).
+- `die`: the rank SIGKILLs itself in that step's forward, in the first worker group only
+  (torchrun's restarted workers train on).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class SleepingDataset(Dataset):
         if self.after is not None and self.served > self.after:
             sleep_in_data_loader()
         return self.inner[index]
+
+
+def _first_group() -> bool:
+    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 
 
 def sleep_in_data_loader() -> None:
@@ -91,6 +97,8 @@ class FaultyLoss:
         if self.on_me and self.calls == self.step and self.fault == "deadlock":
             deadlock()
         loss = mse_loss(model, batch)
+        if self.on_me and self.calls == self.step and self.fault == "die" and _first_group():
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.on_me and self.calls == self.step and self.fault == "nan":
             loss = loss * float("nan")
         return loss

@@ -148,7 +148,7 @@ class Trainer:
             {name: part for name, part in parts.items() if part is not None},
             metrics=self.metrics,
             log=self.progress.log,
-            before_save=self._settle_first_loss,
+            before_save=self._before_save,
             snapshots=snapshots_for_worker(
                 cfg.checkpoint,
                 ctx.device,
@@ -374,6 +374,14 @@ class Trainer:
         """The validation loss on the curves, when this step was just evaluated."""
         if self.evaluator.evaluated_at == self.state.step:
             self.curves.on_eval(self.state.step, self.evaluator.val_loss)
+
+    def _before_save(self) -> None:
+        """Before a checkpoint or an in-memory snapshot holds this step: the first loss settled,
+        and the metrics of every step it holds written. A worker SIGKILLed after a snapshot
+        would otherwise lose the counts it had not flushed yet, and the resume from that
+        snapshot never runs those steps again."""
+        self._settle_first_loss()
+        self.metrics.flush()
 
     def _settle_first_loss(self) -> None:
         """The run's first loss into the train state (read once: before the first log line or
