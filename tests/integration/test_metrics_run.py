@@ -298,9 +298,10 @@ def test_a_worker_killed_right_after_a_snapshot_keeps_the_counts_of_what_it_hold
     tmp_path: Path,
 ) -> None:
     """A snapshot at every step, and rank 1 SIGKILLed in a forward mid-run: the restarted group
-    resumes from the step before in memory, so the steps up to it never run again. Their durations
-    and samples must already be counted (a worker writes its metrics every 0.1 s: the steps
-    since its last write were lost before a snapshot flushed them; CI saw 2 of 2900)."""
+    resumes from the step before in memory, so the steps up to it never run again: their
+    durations must already be counted. A worker writes its metrics every 0.1 s, and the steps
+    since its last write were lost until a snapshot flushed them first (CI counted 2898 step
+    durations where at least 2900 were due)."""
     extra = [*faults.settings("die", 1, 100, samples=2048),
              "--set", "checkpoint.memory_every_steps=1"]  # fmt: skip
     with training_run(tmp_path, epochs=6, max_restarts=1, linger=20, extra=extra) as run:

@@ -245,11 +245,6 @@ class Cluster:
         request timeout (a server that never sends its headers would hold the command without a
         word); then a followed log may be quiet for hours. A break mid-stream raises
         StreamBroken (an OSError)."""
-        not_begun = KubeError(
-            f"the API server at {self.host} did not begin the log within "
-            f"{self.total_seconds:g}s (GET {path}); check that the cluster is up, or raise "
-            "--request-timeout"
-        )
         try:
             return call_within(
                 self.total_seconds,
@@ -257,13 +252,20 @@ class Cluster:
                 lambda: self.transport.stream(path, query, self.timeout[0]),
             )
         except DeadlineExceeded:
-            raise not_begun from None
+            raise self._log_not_begun(path) from None
         except HttpStatusError as exc:
             raise KubeError(explain(exc, "GET", path, "pods/log"), exc.status) from None
         except Unreachable as exc:
-            # kubectl proxy's socket times the wait for the headers too: the same cause, and
-            # which of the two timers fires first is a race.
-            raise (not_begun if exc.how == "timeout" else self._unreachable(exc)) from None
+            if exc.how == "timeout":  # kubectl proxy's socket times the wait for the headers
+                raise self._log_not_begun(path) from None  # too: which timer fires is a race
+            raise self._unreachable(exc) from None
+
+    def _log_not_begun(self, path: str) -> KubeError:
+        return KubeError(
+            f"the API server at {self.host} did not begin the log within "
+            f"{self.total_seconds:g}s (GET {path}); check that the cluster is up, or raise "
+            "--request-timeout"
+        )
 
     def create(self, doc: dict, dry_run: bool = False) -> dict:
         resource = resource_for(doc)
