@@ -3,7 +3,8 @@
 A `workload.name=custom` workload (the regression model and data) whose `workload.args` say
 which fault, on which rank, from which step:
 
-- `sleep_data`: the rank's dataset sleeps (an hour) once it reaches that step's samples;
+- `sleep_data`: the rank's dataset sleeps (an hour) once it reaches that step's samples (with
+  `first_group_only: true`, in the first worker group only);
 - `deadlock`: the rank's forward deadlocks: it holds lock A and waits for B, which a thread it
   started holds while that thread waits for A;
 - `nan`: the rank's loss at that step is NaN;
@@ -12,7 +13,7 @@ which fault, on which rank, from which step:
 - `die_at_teardown`: the rank is SIGKILLed when the trainer drops its loss, after training
   and before the final barrier (a pod lost in the run's last moment).
 - `die`: the rank SIGKILLs itself in that step's forward, in the first worker group only
-  (torchrun's restarted workers train on).
+  (torchrun's restarted workers, and those of a pod that rejoined, train on).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from kubeddp.trainer.config import WorkloadConfig
+from kubeddp.trainer.process_contract import ENV_REJOINED
 from kubeddp.trainer.workloads.regression import make_data, make_mlp, mse_loss
 
 DATA_SEED = 1234
@@ -52,7 +54,10 @@ class SleepingDataset(Dataset):
 
 
 def _first_group() -> bool:
-    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    """The first workers of the run: not restarted by torchrun, not started again in a pod
+    that rejoined the rendezvous."""
+    restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+    return not restarted and os.environ.get(ENV_REJOINED) != "1"
 
 
 def sleep_in_data_loader() -> None:
@@ -112,7 +117,11 @@ def data(cfg: WorkloadConfig) -> tuple[Dataset, Dataset]:
     args = cfg.args
     train_set, eval_set = make_data(cfg.samples, cfg.input_dim, DATA_SEED)
     after = None
-    if args.get("fault") == "sleep_data" and _rank() == int(args.get("rank", -1)):
+    if (
+        args.get("fault") == "sleep_data"
+        and _rank() == int(args.get("rank", -1))
+        and (_first_group() or not args.get("first_group_only"))
+    ):
         after = (int(args["step"]) - 1) * int(args["batch_size"])
     return SleepingDataset(train_set, after), eval_set
 

@@ -143,3 +143,40 @@ def test_the_line_names_the_rank_whose_code_the_pod_ends_with(tmp_path: Path) ->
     assert code == exit_codes.CRASHED
     assert first_failed(exc, code).startswith("; local rank 1")
     assert first_failed(exc, code).endswith("failed first (died by SIGABRT)")
+
+
+@pytest.mark.parametrize(
+    ("codes", "stop_after", "expected", "why"),
+    [
+        (
+            (exit_codes.PREEMPTED,),
+            0,
+            exit_codes.PEER_FAILED,
+            "the round watch's SIGTERM, handled: the pod rejoins, it was not preempted",
+        ),
+        (
+            (SIGKILLED,),
+            0,
+            exit_codes.PEER_FAILED,
+            "stuck in native code, SIGKILLed by the watch: not an OOM kill",
+        ),
+        (
+            (-int(signal.SIGTERM), exit_codes.PEER_FAILED),
+            0,
+            exit_codes.PEER_FAILED,
+            "one stopped, its local peer's collective failed after it",
+        ),
+        (
+            (exit_codes.TRAINING_FAILED, exit_codes.PREEMPTED),
+            1,
+            exit_codes.TRAINING_FAILED,
+            "the program failed a second before the watch stopped the rest: its own code",
+        ),
+    ],
+)
+def test_workers_the_round_watch_stopped_are_a_consequence(
+    tmp_path: Path, codes: tuple[int, ...], stop_after: int, expected: int, why: str
+) -> None:
+    """`stopped_at`: when round_watch.py stopped the workers (worker 0 fails at 100)."""
+    exc = failed(tmp_path, *codes)
+    assert exit_code_of_failure(exc, stopped_at=100.5 + stop_after) == expected, why

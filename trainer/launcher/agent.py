@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,6 +88,17 @@ def shutdown_timeout_env(preempt_grace: float) -> dict[str, str]:
     }
 
 
+def shutdown_seconds(preempt_grace: float) -> float:
+    """How long stopped workers get before SIGKILL: the user's setting of the agent's shutdown
+    timeout, else the one shutdown_timeout_env gives it."""
+    for name in ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "PET_SHUTDOWN_TIMEOUT"):
+        try:
+            return float(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return math.ceil(preempt_grace) + SHUTDOWN_MARGIN_SECONDS
+
+
 def worker_exit_code(exitcode: int) -> int:
     """A worker's exit code as the table names it (exit_codes.py): torch reports a death by
     signal N as -N, which is KILLED, PREEMPTED or INTERRUPTED for their signals and CRASHED for
@@ -114,7 +126,7 @@ def _is_cause(code: int, seconds_after_first: float) -> bool:
     return True
 
 
-def exit_code_of_failure(exc: BaseException) -> int:
+def exit_code_of_failure(exc: BaseException, stopped_at: float | None = None) -> int:
     """One exit code for the pod from its failed workers (torch's ChildFailedError).
 
     The operators decide from this code alone, so the cause must win over its consequences:
@@ -125,7 +137,9 @@ def exit_code_of_failure(exc: BaseException) -> int:
       failure of its own (fatal, 1-127; retrying would fail the same way, and ExitCode
       recreations never count against backoffLimit) makes its local peers' collectives fail
       too, and it is what the pod must report: a deterministic OOM is not a peer failure;
-    - PEER_FAILED when that is all: another pod failed.
+    - PEER_FAILED when that is all: another pod failed;
+    - a failure from `stopped_at` on (time.time()) is the round watch stopping the workers
+      (round_watch.py): a consequence, and PEER_FAILED when nothing failed before it.
     Among the causes the earliest failure wins (torch's timestamp), then the lowest rank.
     """
     failures = getattr(exc, "failures", {}) or {}
@@ -139,7 +153,11 @@ def exit_code_of_failure(exc: BaseException) -> int:
         return exit_codes.TRAINING_FAILED
     first = timed[0][1]
     codes = [code for code, _ in timed]
-    causes = [code for code, stamp in timed if _is_cause(code, stamp - first)]
+    # torch's timestamps are whole seconds: one in the second of the stop counts as stopped
+    stop = math.floor(stopped_at) if stopped_at is not None else math.inf
+    causes = [code for code, stamp in timed if _is_cause(code, stamp - first) and stamp < stop]
+    if not causes and stopped_at is not None:
+        return exit_codes.PEER_FAILED
     if not causes:  # stopped by a signal only: preempted (a vote, or SIGTERM), or killed
         return exit_codes.PREEMPTED if exit_codes.PREEMPTED in codes else codes[0]
     own = [code for code in causes if code != exit_codes.PEER_FAILED]
@@ -187,12 +205,12 @@ def run_agent(
     worker_env: dict[str, str],
     preempt_grace: float,
     rdzv_round: tuple[str, int] | None = None,
+    stopped_at: Callable[[], float | None] | None = None,
 ) -> Outcome:
-    """Run torchrun's elastic agent in this process (no extra exec, signals reach it);
-    `rdzv_round` is the rendezvous id and store port of a static round (rejoin.py).
-
-    `worker_env` is added to this process's environment, which the agent passes on to every
-    worker it starts.
+    """Run torchrun's elastic agent in this process (no extra exec, signals reach it), with
+    `worker_env` added to the environment it passes on to every worker. `rdzv_round`: the
+    rendezvous id and store port of a static round (rejoin.py); `stopped_at`: when the round's
+    watch stopped the workers (round_watch.py), if it did.
     """
     from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -214,7 +232,7 @@ def run_agent(
     try:
         run(args)
     except ChildFailedError as exc:
-        return _group_failed(exc, exited_dir)
+        return _group_failed(exc, exited_dir, stopped_at() if stopped_at else None)
     except SignalException as exc:
         code = exit_codes.for_signal(int(exc.sigval))
         _log(f"[kubeddp] {signal_name(exc.sigval)}: workers stopped; exit code "
@@ -252,9 +270,9 @@ def _set_agent_env(plan: RendezvousPlan, worker_env: dict[str, str], preempt_gra
     os.environ[process_contract.ENV_LAUNCHER_PID] = str(os.getpid())  # workers die with launch
 
 
-def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
+def _group_failed(exc: BaseException, exited_dir: Path, stopped_at: float | None) -> Outcome:
     """The outcome of a worker group that failed, said in one line."""
-    code = exit_code_of_failure(exc)
+    code = exit_code_of_failure(exc, stopped_at)
     early = _returned_early(exc, exited_dir) if code == exit_codes.PEER_FAILED else []
     if early:
         code = exit_codes.TRAINING_FAILED
@@ -264,6 +282,8 @@ def _group_failed(exc: BaseException, exited_dir: Path) -> Outcome:
             f"steps, then destroy_process_group): exit code {exit_codes.describe(code)}"
         ))  # fmt: skip
         return Outcome(code, False, f"rank {early[0]} returned early: exit code {code}")
+    if stopped_at is not None and code == exit_codes.PEER_FAILED:  # the watch said why
+        return Outcome(code, True, "a pod left the round: this pod's workers were stopped")
     reason = f"workers failed: exit code {exit_codes.describe(code)}"
     _log(f"[kubeddp] training failed (worker exit code {code}): exit code "
          f"{exit_codes.describe(code)}{first_failed(exc, code)}; see the worker output "

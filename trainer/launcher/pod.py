@@ -23,7 +23,7 @@ from kubeddp.trainer.launcher import (
     snapshot_dir,
     trainjob_status,
 )
-from kubeddp.trainer.launcher.agent import Outcome, run_agent
+from kubeddp.trainer.launcher.agent import Outcome, run_agent, shutdown_seconds
 from kubeddp.trainer.launcher.launch_plan import LaunchPlan
 from kubeddp.trainer.launcher.metrics_server import (
     MetricsSetupError,
@@ -34,6 +34,7 @@ from kubeddp.trainer.launcher.program_options import program_fingerprint
 from kubeddp.trainer.launcher.rejoin import RendezvousRounds, RoundTimeout
 from kubeddp.trainer.launcher.rendezvous import RendezvousPlan
 from kubeddp.trainer.launcher.retry_budget import RetryBudget, write_termination_message
+from kubeddp.trainer.launcher.round_watch import RoundWatch
 from kubeddp.trainer.launcher.stall_watch import StallWatch, start_diagnostics
 from kubeddp.trainer.launcher.wait import RendezvousHostUnreachable, wait_for_rendezvous_host
 from kubeddp.trainer.process_contract import resolved_config_env
@@ -237,8 +238,11 @@ def _train(
     rounds = RendezvousRounds(plan, deadline) if rejoin and RendezvousRounds.applies(plan) else None
 
     def agent() -> Outcome:
-        rdzv_round = rounds.next_round(_log) if rounds is not None else None
-        return run_agent(plan, worker_env, grace, rdzv_round)
+        if rounds is None:
+            return run_agent(plan, worker_env, grace)
+        rdzv_round = rounds.next_round(_log)
+        with RoundWatch(rounds, shutdown_seconds(grace), _log) as watch:
+            return run_agent(plan, worker_env, grace, rdzv_round, lambda: watch.stopped_at)
 
     try:
         outcome = agent()

@@ -13,6 +13,8 @@ their own, the rendezvous port + 1 + round % ROUND_PORTS: a fresh store each rou
 of the previous round (the workers' addresses under torch's `/worker/attempt_0` prefix) is read
 again. When node rank 0 itself is lost, its store goes with it: the replacement starts a new
 store and everyone counts from zero again. The pods must reach each other on those ports.
+An arrival beyond a round's last comes from a pod that left it: round_watch.py stops the
+workers of the pods that were not told.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 PREFIX = "kubeddp/rejoin"
 RETRY_SECONDS = 2.0
+WATCH_TIMEOUT_SECONDS = 10.0  # a look at the arrivals (round_watch.py) taking longer: store gone
 ROUND_PORTS = 16  # rounds use the rendezvous port + 1 .. + ROUND_PORTS, in turn
 
 
@@ -45,6 +48,7 @@ class RendezvousRounds:
         self.deadline_seconds = deadline_seconds
         self._store: Any = None
         self._held: Any = None  # node rank 0: the store that outlives each agent
+        self.number = -1  # the round this pod is in (next_round), -1 before the first
 
     @staticmethod
     def applies(plan: RendezvousPlan) -> bool:
@@ -106,5 +110,22 @@ class RendezvousRounds:
                     f"not every one of the {self.nnodes} pods joined rendezvous round {number} "
                     f"within {self.deadline_seconds:g}s ({exc})"
                 ) from None
+        self.number = number
         port = self.plan.port + 1 + number % ROUND_PORTS
         return f"{self.plan.rdzv_id}-round-{number}", port
+
+    def watch_client(self) -> Any:
+        """A connection of its own to node rank 0's store, for round_watch.py's thread: a
+        short timeout, and nothing shared with the rounds' own calls."""
+        from torch.distributed import TCPStore  # see _connect
+
+        return TCPStore(
+            self.plan.host, self.plan.port, is_master=False, wait_for_workers=False,
+            timeout=timedelta(seconds=WATCH_TIMEOUT_SECONDS),
+        )  # fmt: skip
+
+    def later_arrivals(self, store: Any) -> int:
+        """How many pods arrived for rounds after this pod's (`store`: a watch_client): each
+        of them left this round."""
+        arrivals = int(store.add(f"{PREFIX}/arrivals", 0))
+        return max(0, arrivals - (self.number + 1) * self.nnodes)
