@@ -81,6 +81,13 @@ def indexedjob_pod(index: int, nproc: str = "auto") -> dict[str, str]:
     }
 
 
+def loopback_indexedjob_pod(index: int, port: int) -> dict[str, str]:
+    """indexedjob_pod with one worker, its rendezvous host on this machine: real pods as
+    processes (tests/integration)."""
+    loopback = {"KUBEDDP_MASTER_ADDR": "127.0.0.1", "KUBEDDP_MASTER_PORT": str(port)}
+    return {**indexedjob_pod(index, "1"), **loopback}
+
+
 def torchrun_worker_env() -> dict[str, str]:
     """What torchrun's agent sets for local rank 1 of node 1 in a 2 x 2 job."""
     return {

@@ -21,6 +21,7 @@ from kubeddp.trainer import constants, exit_codes
 from kubeddp.trainer.launcher.finished_run import RECORD_NAME
 from kubeddp.trainer.launcher.retry_budget import RECORD_DIR
 from tests.helpers import faults, procs
+from tests.helpers.pod_env import loopback_indexedjob_pod
 from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -31,13 +32,7 @@ RDZV_WAIT_SECONDS = 20
 def pod_env(index: int, port: int) -> dict[str, str]:
     """An Indexed Job pod of a 2-node job, as `kubeddp render indexedjob` writes it."""
     return procs.child_env({
-        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
-        "KUBERNETES_SERVICE_PORT": "443",
-        "JOB_COMPLETION_INDEX": str(index),
-        "KUBEDDP_MASTER_ADDR": "127.0.0.1",
-        "KUBEDDP_MASTER_PORT": str(port),
-        "KUBEDDP_NNODES": "2",
-        "KUBEDDP_NPROC_PER_NODE": "1",
+        **loopback_indexedjob_pod(index, port),
         # Long enough for both pods to start on a loaded machine (they start together here).
         constants.ENV_RDZV_WAIT_SECONDS: str(RDZV_WAIT_SECONDS),
     })  # fmt: skip

@@ -19,6 +19,7 @@ import pytest
 
 from kubeddp.trainer import constants
 from tests.helpers import faults, procs
+from tests.helpers.pod_env import loopback_indexedjob_pod
 from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -30,13 +31,7 @@ STEPS = 16
 def pod_env(index: int, port: int, memory: Path) -> dict[str, str]:
     """An Indexed Job pod of a 2-node job, as `kubeddp render indexedjob` writes it."""
     return procs.child_env({
-        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
-        "KUBERNETES_SERVICE_PORT": "443",
-        "JOB_COMPLETION_INDEX": str(index),
-        "KUBEDDP_MASTER_ADDR": "127.0.0.1",
-        "KUBEDDP_MASTER_PORT": str(port),
-        "KUBEDDP_NNODES": "2",
-        "KUBEDDP_NPROC_PER_NODE": "1",
+        **loopback_indexedjob_pod(index, port),
         constants.ENV_RDZV_WAIT_SECONDS: "120",  # both start together here; a loaded machine
         constants.ENV_SNAPSHOT_DIR: str(memory),  # each pod's own memory volume
     })  # fmt: skip

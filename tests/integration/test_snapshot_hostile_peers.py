@@ -54,7 +54,12 @@ POD = textwrap.dedent(
                       "key": list(taker.newest.key) if taker.newest else None,
                       "is6": _equal(state, _state(6)) if state else None,
                       "is7": _equal(state, _state(7)) if state else None,
-                      "logs": logs, "enabled": taker.enabled, "taken": taken}))
+                      "logs": logs, "enabled": taker.enabled, "taken": taken}), flush=True)
+    # both end together, their gloo threads joined: a rank still running its interpreter's
+    # teardown when the store's host has gone may abort ("terminate called without an
+    # active exception", once in CI)
+    dist.barrier()
+    dist.destroy_process_group()
     """
 ).replace("BIG", str(BIG))
 
