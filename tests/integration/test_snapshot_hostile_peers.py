@@ -55,11 +55,12 @@ POD = textwrap.dedent(
                       "is6": _equal(state, _state(6)) if state else None,
                       "is7": _equal(state, _state(7)) if state else None,
                       "logs": logs, "enabled": taker.enabled, "taken": taken}), flush=True)
-    # both end together, their gloo threads joined: a rank still running its interpreter's
-    # teardown when the store's host has gone may abort ("terminate called without an
-    # active exception", once in CI)
+    # both end together, and as a worker does (kubeddp.trainer.worker.leave): torch's C++
+    # teardown at the interpreter's exit may abort ("terminate called without an active
+    # exception", once in CI)
     dist.barrier()
-    dist.destroy_process_group()
+    from kubeddp.trainer.worker.leave import leave
+    leave(0)
     """
 ).replace("BIG", str(BIG))
 

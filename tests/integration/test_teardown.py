@@ -3,13 +3,14 @@
 `destroy_process_group()` while a DDP module or optimizer is still referenced aborts a process
 now and then (SIGABRT, "terminate called ..."). One abort in a few runs is easy to miss, so
 this runs the real worker entrypoint (`kubeddp.trainer.worker.entry.main`: init, Trainer with
-DDP and AdamW, a few steps, a checkpoint, close, teardown, normal interpreter exit) 30 times in
-pairs of real processes and requires every one to exit 0 with no abort in its output.
+DDP and AdamW, a few steps, a checkpoint, close, teardown, then the worker's own exit,
+`kubeddp.trainer.worker.leave`) 30 times in pairs of real processes and requires every one to
+exit 0 with no abort in its output.
 
 Starting 60 fresh interpreters that each import torch takes minutes on a small machine, so a
 harness process imports torch once and forks the two ranks of each run (with the env torchrun
-would give them); every rank still runs its own process group over TCP and exits through the
-normal interpreter shutdown, where the trap fires.
+would give them); every rank still runs its own process group over TCP and ends as
+`python -m kubeddp.trainer.worker` does.
 
 To check that this test catches a regression, point the harness at a worker that keeps its
 references alive: KUBEDDP_TEARDOWN_ENTRY=module:function (a `main(argv) -> int`).
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeddp.trainer.worker.leave import leave
 from tests.helpers import procs
 from tests.helpers.ports import free_port
 
@@ -65,12 +67,12 @@ def _start_rank(entry, rank: int, port: int, run_dir: Path) -> int:
     pid = os.fork()
     if pid:
         return pid
-    # Child: become one rank and leave through the normal interpreter exit.
+    # Child: become one rank and end as the worker's __main__ does.
     os.environ.update(_rank_env(rank, port))
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    sys.exit(entry(_worker_args(run_dir / "ckpt")))
+    leave(entry(_worker_args(run_dir / "ckpt")))
 
 
 def _wait_pair(pids: list[int], timeout: float) -> list[str]:

@@ -13,16 +13,12 @@ failure is retryable, the program's own is not) after its traceback.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import importlib
-import io
 import os
 import runpy
 import shlex
 import sys
-import threading
 import traceback
 from dataclasses import dataclass
 from typing import NoReturn
@@ -32,6 +28,7 @@ from kubeddp.trainer.common import one_line
 from kubeddp.trainer.config import ConfigError
 from kubeddp.trainer.worker import program_rendezvous, program_watch, spawn_guard, stop_signal
 from kubeddp.trainer.worker.failures import exit_code_for
+from kubeddp.trainer.worker.leave import leave
 from kubeddp.trainer.worker.parent_death import die_with_launcher
 
 RUNNER_MODULE = "kubeddp.trainer.worker.program"
@@ -158,7 +155,7 @@ def run_program(program: Program) -> NoReturn:
         process_contract.note_returned()  # a peer still running may fail because of it
     stop_signal.flush_reported_steps()
     sys.stderr.flush()
-    _leave(code)
+    leave(code)
 
 
 def _exec(program: Program) -> NoReturn:
@@ -170,33 +167,6 @@ def _exec(program: Program) -> NoReturn:
         _log(f"cannot run {program.target}: {exc.strerror}; exit code "
              f"{exit_codes.describe(exit_codes.BAD_INPUT)}")  # fmt: skip
         os._exit(exit_codes.BAD_INPUT)
-
-
-def _leave(code: int) -> NoReturn:
-    """End as the interpreter's shutdown would, short of tearing down torch's C++ state: a
-    process group, DDP module or c10d store met there can abort the process (SIGABRT,
-    "terminate called without an active exception"; about 1 in 7 two-node runs of a tutorial
-    script that destroyed its process group) and turn the code the operators act on into 134.
-    What a program relies on at exit still happens: after a success its non-daemon threads are
-    joined (after a failure they may wait on peers that are gone), its atexit handlers run,
-    and its open files are flushed."""
-    if code == exit_codes.OK:
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
-    atexit._run_exitfuncs()
-    for obj in gc.get_objects():  # files the program left open, as their finalizers would
-        # type(obj), not isinstance: isinstance reads obj.__class__, and a deprecated object
-        # (torch.distributed.reduce_op) warns on every attribute read
-        if issubclass(type(obj), io.IOBase):
-            with contextlib.suppress(Exception):
-                if not obj.closed and obj.writable():
-                    obj.flush()
-    stop_signal.flush_reported_steps()
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
 
 
 def parse(argv: list[str]) -> Program:
