@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from importlib import metadata
+from pathlib import Path
 
 from kubeddp.trainer import constants
 
@@ -30,3 +31,13 @@ def installed_torch_version() -> str | None:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
         return None
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """Fields 3 and on of /proc/PID/stat (proc(5); the name before them may hold spaces), None
+    where the process is gone or there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()

@@ -32,6 +32,8 @@ PREFIX = "kubeddp/rejoin"
 RETRY_SECONDS = 2.0
 WATCH_TIMEOUT_SECONDS = 10.0  # a look at the arrivals (round_watch.py) taking longer: store gone
 ROUND_PORTS = 16  # rounds use the rendezvous port + 1 .. + ROUND_PORTS, in turn
+# What a call on node rank 0's store raises while that store is gone (its pod replaced)
+STORE_ERRORS = (RuntimeError, ValueError, TimeoutError, ConnectionError)
 
 
 class RoundTimeout(TimeoutError):
@@ -89,7 +91,7 @@ class RendezvousRounds:
                 store = self._store = self._connect()
                 arrival = int(store.add(f"{PREFIX}/arrivals", 1))
                 break
-            except (RuntimeError, ValueError, TimeoutError, ConnectionError) as exc:
+            except STORE_ERRORS as exc:
                 # node rank 0 is being replaced: its store is gone and the new one not up yet
                 if time.monotonic() > end:
                     raise RoundTimeout(

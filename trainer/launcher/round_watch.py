@@ -28,15 +28,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubeddp.trainer.common import proc_stat
+from kubeddp.trainer.launcher.rejoin import STORE_ERRORS
+
 if TYPE_CHECKING:
     from kubeddp.trainer.launcher.rejoin import RendezvousRounds
 
 WATCH_SECONDS = 1.0  # how often a pod looks for an arrival of the next round
 STOP_CHECK_SECONDS = 0.5  # after the stop: how often it looks for workers to signal
-
-# What a look at the store raises when node rank 0's store is gone (its pod is lost: the
-# workers of global rank 0 went with it, so every group fails on its own).
-STORE_GONE = (RuntimeError, ValueError, TimeoutError, ConnectionError)
 
 
 def worker_pids(parent: int | None = None) -> list[int]:
@@ -44,13 +43,10 @@ def worker_pids(parent: int | None = None) -> list[int]:
     elsewhere none, and the agent's own timeouts remain)."""
     parent = os.getpid() if parent is None else parent
     pids = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = entry.read_text().rsplit(")", 1)[-1].split()  # the name may hold spaces
-        except OSError:
-            continue  # it ended meanwhile
-        if len(fields) > 1 and fields[1] == str(parent):  # field 4 of proc(5): the parent
-            pids.append(int(entry.parent.name))
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = proc_stat(entry.name)  # None: it ended meanwhile
+        if fields and len(fields) > 1 and fields[1] == str(parent):  # field 4: the parent
+            pids.append(int(entry.name))
     return sorted(pids)
 
 
@@ -98,8 +94,8 @@ class RoundWatch:
             later = 0
             while not later and not self._done.wait(WATCH_SECONDS):
                 later = self.rounds.later_arrivals(store)
-        except STORE_GONE:
-            return
+        except STORE_ERRORS:  # node rank 0's store is gone: its workers (rank 0's) too,
+            return  # so every group fails on its own
         if not later:
             return  # the agent returned first
         self.stopped_at = time.time()

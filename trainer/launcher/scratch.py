@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from kubeddp.trainer import constants
+from kubeddp.trainer.common import proc_stat
 
 _NAME = re.compile(r"(?P<host>.+)-(?P<pid>[0-9]+)-(?P<start>[0-9]+)-[^-]+")
 # A launch's own files there (the ranks' records, metrics files, torchrun's logs) take far less;
@@ -59,13 +60,9 @@ def root() -> Path:
 
 def _start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (Linux), None where unknown."""
+    fields = proc_stat(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()  # the name before ')' may hold spaces
-    try:
-        return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+        return int(fields[19]) if fields else None  # field 22 of proc(5); fields[0] is field 3
     except (IndexError, ValueError):
         return None
 
